@@ -646,13 +646,7 @@ fn blocks_text(content: &[ContentBlock]) -> crate::surface::Shown {
 
 fn to_result(r: CallToolResult) -> ToolResult {
     let is_error = r.is_error.unwrap_or(false);
-    let shown = blocks_text(&r.content);
-    let mut text = shown.model;
-    if text.is_empty()
-        && let Some(s) = &r.structured_content
-    {
-        text = s.to_string();
-    }
+    let (text, user_text) = blocks_text(&r.content).texts(r.structured_content.as_ref());
     let code = if is_error {
         r.structured_content.as_ref().and_then(code_of)
     } else {
@@ -660,7 +654,7 @@ fn to_result(r: CallToolResult) -> ToolResult {
     };
     ToolResult {
         text,
-        user_text: shown.user,
+        user_text,
         is_error,
         code,
         structured: r.structured_content,

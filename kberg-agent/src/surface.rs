@@ -74,17 +74,19 @@ impl ToolResult {
     }
 
     /// Reads a tool result in MCP's shape: an error result's structured `code` (as kberg-server
-    /// writes it from [`kberg_core::GateError::details`]) becomes [`ToolResult::code`].
+    /// writes it from [`kberg_core::GateError::details`]) becomes [`ToolResult::code`], and a
+    /// result with no block for the model is read as its structured content, as a remote
+    /// server's result is.
     pub fn from_output(out: ToolOutput) -> Self {
         let code = if out.is_error {
             out.structured.as_ref().and_then(code_of)
         } else {
             None
         };
-        let shown = output_text(&out.content);
+        let (text, user_text) = output_text(&out.content).texts(out.structured.as_ref());
         Self {
-            text: shown.model,
-            user_text: shown.user,
+            text,
+            user_text,
             is_error: out.is_error,
             code,
             structured: out.structured,
@@ -126,11 +128,42 @@ pub(crate) enum Block<'a> {
 /// tool meant for the user only.
 #[derive(Debug, Default)]
 pub(crate) struct Shown {
-    /// The blocks for the model (or for everyone), then a line saying how many were left to
-    /// the user, if any were.
-    pub(crate) model: String,
+    /// The blocks for the model (or for everyone).
+    model: String,
     /// The blocks for the user only.
-    pub(crate) user: String,
+    user: String,
+    /// How many blocks were for the user only.
+    withheld: usize,
+}
+
+impl Shown {
+    /// What the model and the user are given of a result with these blocks and `structured`
+    /// content: the model its blocks, or the structured content as JSON when no block is for
+    /// it (a tool may answer in structured content alone), then a line saying how many blocks
+    /// were left to the user, if any were; the user the blocks for the user only.
+    pub(crate) fn texts(self, structured: Option<&Value>) -> (String, String) {
+        let mut model = self.model;
+        if model.is_empty()
+            && let Some(s) = structured
+        {
+            model = s.to_string();
+        }
+        if self.withheld > 0 {
+            if !model.is_empty() {
+                model.push('\n');
+            }
+            let blocks = if self.withheld == 1 {
+                "block"
+            } else {
+                "blocks"
+            };
+            model.push_str(&format!(
+                "[{} {blocks} for the user only, not shown to you]",
+                self.withheld
+            ));
+        }
+        (model, self.user)
+    }
 }
 
 /// Tool result blocks as the text a model reads, one block after another on their own lines,
@@ -138,13 +171,12 @@ pub(crate) struct Shown {
 /// No block the model is meant to see is dropped: an embedded resource's text is read with its
 /// URI above it, and what cannot be shown as text is named, so the model knows something came
 /// back. A block for the user only goes to [`Shown::user`] instead, and the model is told how
-/// many there were.
+/// many there were ([`Shown::texts`]).
 pub(crate) fn blocks_text<'a>(blocks: impl IntoIterator<Item = (Block<'a>, bool)>) -> Shown {
     let mut shown = Shown::default();
-    let mut withheld = 0usize;
     for (block, for_model) in blocks {
         if !for_model {
-            withheld += 1;
+            shown.withheld += 1;
         }
         let s = if for_model {
             &mut shown.model
@@ -155,15 +187,6 @@ pub(crate) fn blocks_text<'a>(blocks: impl IntoIterator<Item = (Block<'a>, bool)
             s.push('\n');
         }
         push_block(s, block);
-    }
-    if withheld > 0 {
-        if !shown.model.is_empty() {
-            shown.model.push('\n');
-        }
-        let blocks = if withheld == 1 { "block" } else { "blocks" };
-        shown.model.push_str(&format!(
-            "[{withheld} {blocks} for the user only, not shown to you]"
-        ));
     }
     shown
 }
@@ -493,9 +516,10 @@ mod tests {
                 mime_type: None,
             },
         ]);
-        assert_eq!(text.user, "");
+        let (text, user) = text.texts(None);
+        assert_eq!(user, "");
         assert_eq!(
-            text.model,
+            text,
             "[resource file:///notes.txt (text/plain): binary, not shown]\n\
              [resource file:///ok.txt (text/plain)]\nplain words\n\
              [resource link a: file:///a]"

@@ -706,6 +706,62 @@ async fn annotated_blocks_read_alike_in_process_and_over_http() {
     }
 }
 
+/// A result with structured content and no block for the model (none at all, or only blocks
+/// for the user) is read as its structured content, in process and over HTTP alike, with the
+/// note of what the user was shown.
+#[tokio::test]
+async fn structured_content_is_read_when_no_block_is_for_the_model() {
+    use kberg_core::{Annotations, Content, Role};
+    let tools = ToolRegistry::new();
+    tools
+        .register(
+            ToolBuilder::new("count")
+                .description("Count")
+                .raw_handler(json!({"type": "object"}), |_, _| async {
+                    Ok(ToolOutput::default().with_structured(json!({"notes": 2})))
+                }),
+        )
+        .unwrap();
+    tools
+        .register(ToolBuilder::new("chart").description("Chart").raw_handler(
+            json!({"type": "object"}),
+            |_, _| async {
+                Ok(ToolOutput::contents(vec![
+                    Content::text("Here is your chart.")
+                        .annotated(Annotations::for_audience([Role::User])),
+                ])
+                .with_structured(json!({"points": [1, 2]})))
+            },
+        ))
+        .unwrap();
+    let app = McpApp::builder("stats", "1.0.0")
+        .tools(tools.clone())
+        .build();
+    let server =
+        RunningServer::start(app, loopback().auth(OpenAccess::as_principal(principal()))).await;
+    let remote = McpSurface::connect_http(&server.url).await.unwrap();
+    let local = LocalSurface::new(tools, Caller::new(principal()));
+    for surface in [
+        Box::new(local) as Box<dyn ToolSurface>,
+        Box::new(remote) as Box<dyn ToolSurface>,
+    ] {
+        let r = surface
+            .call("count", json!({}), CancellationToken::new())
+            .await
+            .unwrap();
+        assert_eq!(r.text, r#"{"notes":2}"#);
+        let r = surface
+            .call("chart", json!({}), CancellationToken::new())
+            .await
+            .unwrap();
+        assert_eq!(
+            r.text,
+            "{\"points\":[1,2]}\n[1 block for the user only, not shown to you]"
+        );
+        assert_eq!(r.user_text, "Here is your chart.");
+    }
+}
+
 /// The same blocks from a Kberg tool read alike in process and over HTTP.
 #[tokio::test]
 async fn embedded_resources_read_alike_in_process_and_over_http() {
