@@ -105,7 +105,6 @@ pub(crate) fn focused_answer(results: &[String]) -> String {
     )
 }
 
-/// The request for an answer in words after a final text that was only JSON.
 /// The answer to a turn cut off at the output limit while the model still thought, before it
 /// wrote anything; `tools`: whether the next turn offers tools.
 pub(crate) fn thinking_cut_off(max_tokens: Option<u32>, tools: bool) -> String {
@@ -120,6 +119,7 @@ pub(crate) fn thinking_cut_off(max_tokens: Option<u32>, tools: bool) -> String {
     )
 }
 
+/// The request for an answer in words after a final text that was only JSON.
 pub(crate) fn words_request() -> String {
     "Now answer the user in plain words, using the tool results above. Do not write JSON and do not call a tool.".to_string()
 }
