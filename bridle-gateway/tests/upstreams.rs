@@ -16,7 +16,10 @@ use bridle_gateway::GatewayBuilder;
 use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir_with_token_files};
 use bridle_rules::{AgentCatalog, ReadWrite, RulesStore};
 use kberg_agent::{McpSurface, ToolResult, ToolSurface};
-use kberg_core::{Grants, Principal, ToolBuilder, ToolOutput, ToolRegistry, WriteCapability};
+use kberg_core::{
+    Annotations, Content, Grants, Principal, Role, ToolBuilder, ToolOutput, ToolRegistry,
+    WriteCapability,
+};
 use kberg_server::{AuthError, Authenticator, HeaderMap, HttpConfig, HttpServer, McpApp};
 use kberg_testkit::{WAIT, eventually_async_ok};
 use schemars::JsonSchema;
@@ -90,6 +93,24 @@ async fn start_upstream(recorder: Arc<Recorder>) -> (String, CancellationToken) 
                 .description("Who the upstream thinks you are.")
                 .handler(|_a: NoArgs, ctx| async move {
                     Ok(ToolOutput::text(ctx.caller().principal().id.clone()))
+                }),
+        )
+        .unwrap();
+    // A result with a block for the user only that quotes the credential the upstream was sent
+    // (read back from the account name), beside one for the model.
+    tools
+        .register(
+            ToolBuilder::new("announce")
+                .description("Announce the deploy.")
+                .handler(|_a: NoArgs, ctx| async move {
+                    let id = &ctx.caller().principal().id;
+                    let token: String = id.trim_start_matches("acct-").chars().rev().collect();
+                    Ok(ToolOutput::contents(vec![
+                        Content::text(format!("signed in with token {token}"))
+                            .annotated(Annotations::for_audience([Role::User])),
+                        Content::text("announced")
+                            .annotated(Annotations::for_audience([Role::Assistant])),
+                    ]))
                 }),
         )
         .unwrap();
@@ -263,7 +284,11 @@ async fn agents_reach_the_upstream_with_their_own_injected_secret() {
     let (recorder, tmp, gw_url) = (&running.recorder, &running.tmp, &running.gw_url);
     assert_eq!(
         running.offered,
-        vec!["tickets__create_ticket", "tickets__whoami"]
+        vec![
+            "tickets__announce",
+            "tickets__create_ticket",
+            "tickets__whoami"
+        ]
     );
 
     let claude_token = token(tmp.path(), "claude");
@@ -375,6 +400,27 @@ fn codex_reads(dir: &Path, read: bool, settled: bool) {
 /// A forwarded call's permission check reads the documents its request's authentication
 /// found current: a permission taken away or given back, in a file that has settled (kept)
 /// or not (read again), is followed by the very next call, each time.
+/// An upstream's block for the user only reaches the agent with its audience, so the agent's
+/// client keeps it from the model, and scrubbed of the credential the gateway injected, as
+/// every block is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocks_for_the_user_keep_their_audience_and_lose_the_credential() {
+    let running = run_gateway().await;
+    let claude =
+        McpSurface::connect_http_with_bearer(&running.gw_url, &token(running.tmp.path(), "claude"))
+            .await
+            .unwrap();
+    let r = call(&claude, "tickets__announce", json!({})).await;
+    assert!(!r.is_error, "{r:?}");
+    assert_eq!(
+        r.text,
+        "announced\n[1 block for the user only, not shown to you]"
+    );
+    assert_eq!(r.user_text, "signed in with token [redacted]");
+    assert!(!format!("{r:?}").contains("up-claude-1"), "{r:?}");
+    running.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_permission_is_followed_by_the_next_forwarded_call() {
     let running = run_gateway().await;
