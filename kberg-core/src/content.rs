@@ -208,6 +208,70 @@ impl Content {
         }
     }
 
+    /// Hands every string of the block to `text` (its text, a link's URI, name, description
+    /// and MIME type, a resource's URI, MIME type and text, annotations' timestamp) and a
+    /// resource's bytes to `bytes`, to change them in place; an image's or audio clip's bytes
+    /// are not handed on (they are media, not text). For a scrubber that must reach everything
+    /// a block says: this match is exhaustive, so a kind of block added here is added to it.
+    ///
+    /// ```
+    /// use kberg_core::Content;
+    /// let mut link = Content::ResourceLink {
+    ///     uri: "https://h/?t=s3cret".into(),
+    ///     name: "s3cret".into(),
+    ///     description: None,
+    ///     mime_type: None,
+    /// };
+    /// link.strings_mut(&mut |s| *s = s.replace("s3cret", "***"), &mut |_| {});
+    /// assert!(!format!("{link:?}").contains("s3cret"));
+    /// ```
+    pub fn strings_mut(
+        &mut self,
+        text: &mut dyn FnMut(&mut String),
+        bytes: &mut dyn FnMut(&mut Vec<u8>),
+    ) {
+        match self {
+            Content::Text(t) => text(t),
+            Content::Image { mime_type, .. } | Content::Audio { mime_type, .. } => {
+                text(mime_type);
+            }
+            Content::ResourceLink {
+                uri,
+                name,
+                description,
+                mime_type,
+            } => {
+                for s in [
+                    Some(uri),
+                    Some(name),
+                    description.as_mut(),
+                    mime_type.as_mut(),
+                ]
+                .into_iter()
+                .flatten()
+                {
+                    text(s);
+                }
+            }
+            Content::Resource(r) => {
+                text(&mut r.uri);
+                if let Some(m) = r.mime_type.as_mut() {
+                    text(m);
+                }
+                match &mut r.body {
+                    ResourceBody::Text(t) => text(t),
+                    ResourceBody::Blob(b) => bytes(b),
+                }
+            }
+            Content::Annotated { block, annotations } => {
+                block.strings_mut(text, bytes);
+                if let Some(at) = annotations.last_modified.as_mut() {
+                    text(at);
+                }
+            }
+        }
+    }
+
     /// Whether the block is for `role`: it names no audience, or names `role` among it.
     pub fn is_for(&self, role: Role) -> bool {
         self.annotations()

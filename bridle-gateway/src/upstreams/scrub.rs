@@ -30,7 +30,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use kberg_core::{CancellationToken, ClientPeer, Content, PeerError, ResourceBody, ToolOutput};
+use kberg_core::{CancellationToken, ClientPeer, Content, PeerError, ToolOutput};
 use kberg_server::aggregate::{redact_encoded, redact_encoded_bytes};
 use serde_json::Value;
 
@@ -129,62 +129,19 @@ fn holds(text: &str, parts: &[&str]) -> bool {
     matches!(redact_encoded(text, parts), Cow::Owned(_))
 }
 
-/// Replaces `parts` in each of `strings`; returns whether any was in any.
-fn scrub_strings<'a>(strings: impl IntoIterator<Item = &'a mut String>, parts: &[&str]) -> bool {
-    strings
-        .into_iter()
-        .fold(false, |hit, s| scrub_string(s, parts) | hit)
-}
-
+/// Replaces `parts` in every string and resource byte of `block` (kberg-core's
+/// [`Content::strings_mut`], which reaches every kind of block); returns whether any was there.
 fn scrub_content(block: &mut Content, parts: &[&str]) -> bool {
-    match block {
-        Content::Text(text) => scrub_string(text, parts),
-        Content::ResourceLink {
-            uri,
-            name,
-            description,
-            mime_type,
-        } => scrub_strings(
-            [
-                Some(uri),
-                Some(name),
-                description.as_mut(),
-                mime_type.as_mut(),
-            ]
-            .into_iter()
-            .flatten(),
-            parts,
-        ),
-        Content::Resource(r) => {
-            let body = match &mut r.body {
-                ResourceBody::Text(text) => scrub_string(text, parts),
-                // A blob is text often enough (a file read as bytes) to hold an echoed token.
-                ResourceBody::Blob(bytes) => scrub_bytes(bytes, parts),
-            };
-            scrub_strings(
-                [Some(&mut r.uri), r.mime_type.as_mut()]
-                    .into_iter()
-                    .flatten(),
-                parts,
-            ) | body
-        }
-        Content::Image { mime_type, .. } | Content::Audio { mime_type, .. } => {
-            scrub_string(mime_type, parts)
-        }
-        Content::Annotated { block, annotations } => {
-            let when = annotations
-                .last_modified
-                .as_mut()
-                .is_some_and(|at| scrub_string(at, parts));
-            scrub_content(block, parts) | when
-        }
-        // A kind of block this version does not know: nothing to search in it.
-        _ => false,
-    }
+    let mut hit = false;
+    let mut bytes_hit = false;
+    block.strings_mut(
+        &mut |s| hit |= scrub_string(s, parts),
+        // A blob is text often enough (a file read as bytes) to hold an echoed token.
+        &mut |b| bytes_hit |= scrub_bytes(b, parts),
+    );
+    hit | bytes_hit
 }
 
-/// Replaces every occurrence of `parts`, as they are or encoded, in `bytes` by
-/// [`REDACTED`]'s bytes; returns whether any was there.
 fn scrub_bytes(bytes: &mut Vec<u8>, parts: &[&str]) -> bool {
     match redact_encoded_bytes(bytes, parts) {
         Cow::Borrowed(_) => false,
