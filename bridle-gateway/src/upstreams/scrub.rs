@@ -5,8 +5,11 @@
 //! knows the exact value it injected into the connection, so before a result reaches an agent
 //! every text it carries is searched for it and the value replaced with `[redacted]`: text
 //! blocks, resource links (URI, name, description, MIME type), embedded resources (URI, MIME
-//! type, text, and the bytes of a blob), the MIME type of images and audio, and every string
-//! and object key of the structured content. The bytes of images and audio are media, not
+//! type, text, and the bytes of a blob), the MIME type of images and audio, a block's
+//! annotations (its timestamp; the block within is searched as any other), and every string
+//! and object key of the structured content. The blocks are walked by kberg-core's
+//! `Content::strings_mut`, whose match is exhaustive, so no kind of block is passed on
+//! unsearched. The bytes of images and audio are media, not
 //! text, and are left as sent. The reasons an upstream is unavailable (shown to agents in a
 //! refusal and to operators) go through [`scrub_text`] the same way, as does what its tool
 //! listing says of each tool (title, description, schemas: `scrub_spec`; a tool whose name
