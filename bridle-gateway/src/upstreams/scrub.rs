@@ -9,8 +9,7 @@
 //! annotations (its timestamp; the block within is searched as any other), and every string
 //! and object key of the structured content. The blocks are walked by kberg-core's
 //! `Content::strings_mut`, whose match is exhaustive, so no kind of block is passed on
-//! unsearched. The bytes of images and audio are media, not
-//! text, and are left as sent. The reasons an upstream is unavailable (shown to agents in a
+//! unsearched. The bytes of images and audio are media, not text, and are left as sent. The reasons an upstream is unavailable (shown to agents in a
 //! refusal and to operators) go through [`scrub_text`] the same way, as does what its tool
 //! listing says of each tool (title, description, schemas: `scrub_spec`; a tool whose name
 //! holds the value is not offered), and so does everything the
@@ -145,6 +144,8 @@ fn scrub_content(block: &mut Content, parts: &[&str]) -> bool {
     hit | bytes_hit
 }
 
+/// Replaces every occurrence of `parts`, as they are or encoded, in `bytes` by
+/// [`REDACTED`]'s bytes; returns whether any was there.
 fn scrub_bytes(bytes: &mut Vec<u8>, parts: &[&str]) -> bool {
     match redact_encoded_bytes(bytes, parts) {
         Cow::Borrowed(_) => false,

@@ -15,7 +15,6 @@
 //! (another admin, or an agent's `refresh_pattern_example`) shows the same bar. After the end
 //! the stream sends `end`, on which the extension closes it.
 
-use kberg_core::counted;
 use std::convert::Infallible;
 
 use axum::extract::{Extension, State};
@@ -23,6 +22,7 @@ use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
+use kberg_core::counted;
 use minijinja::context;
 use minijinja::value::Serde;
 use serde::{Deserialize, Serialize};
