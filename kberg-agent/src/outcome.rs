@@ -139,7 +139,9 @@ impl StopReason {
 
 /// What the loop did for the model in a run, by behaviour (each an
 /// [`AgentConfig`](crate::AgentConfig) option). All zero means no behaviour changed the run.
+/// A count missing from stored JSON (written before it existed) reads as zero.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 #[non_exhaustive]
 pub struct Interventions {
     /// Identical calls within one turn dropped before running.
@@ -313,4 +315,19 @@ pub enum AgentEvent {
         /// ([`crate::ToolResult::user_text`]): for the app to show. Empty when there is none.
         user_text: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counts stored before a behaviour existed read as zero, so a stored outcome stays
+    /// readable when a count is added.
+    #[test]
+    fn stored_interventions_without_a_newer_count_read_as_zero() {
+        let i: Interventions =
+            serde_json::from_value(serde_json::json!({"words_requested": 2})).unwrap();
+        assert_eq!(i.words_requested, 2);
+        assert_eq!(i.thinking_cut_off, 0);
+    }
 }
