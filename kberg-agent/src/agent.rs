@@ -154,6 +154,10 @@ struct Run<'a> {
     asked_for_words: bool,
     /// Whether a turn cut off while the model thought was given again (once a run).
     thinking_resumed: bool,
+    /// The word that the last turn was cut off while the model thought, for the next turn
+    /// only: an answer-only turn in its short form is rebuilt from the run's results, so it
+    /// carries the word itself ([`crate::AgentConfig::focused_answer_turns`]).
+    cut_off_note: Option<String>,
     /// Whether the model was asked to look before answering.
     asked_to_look: bool,
     /// The one tool the next turn lists ([`AgentConfig::narrow_after_guessed_ids`]).
@@ -263,6 +267,7 @@ impl Agent {
             pending_stop: None,
             asked_for_words: false,
             thinking_resumed: false,
+            cut_off_note: None,
             asked_to_look: false,
             narrow_to: None,
             user_messages: 0,

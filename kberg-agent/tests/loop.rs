@@ -1772,3 +1772,60 @@ async fn a_turn_cut_off_while_thinking_is_given_again() {
     assert_eq!(out.interventions.words_requested, 1);
     assert_eq!(script.requests()[2].options.tool_choice, ToolChoice::None);
 }
+
+/// An answer-only turn sent in its short form (the run's results in one message) and cut off
+/// while the model thought is sent again in that form, with the word that it was cut off: the
+/// short form is rebuilt for each turn, and without the word the same turn would be sent again.
+#[tokio::test]
+async fn a_short_answer_turn_cut_off_while_thinking_says_so_again() {
+    use kberg_agent::{ChatOptions, FinishReason, ToolChoice};
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "search_notes", json!({"query": "milk"})),
+        // Only JSON: the loop asks for words in an answer-only turn, in its short form.
+        ScriptedProvider::text(r#"{"notes": 2}"#),
+        ChatResponse {
+            thinking: "Two notes about milk. The user wants".into(),
+            finish: FinishReason::Length,
+            ..ChatResponse::default()
+        },
+        ScriptedProvider::text("You have two notes about milk."),
+    ]);
+    let agent = Agent::new(script.clone(), LocalSurface::new(registry(), reader())).with_config(
+        core().options(ChatOptions {
+            max_tokens: Some(256),
+            ..ChatOptions::default()
+        }),
+    );
+    let out = agent
+        .run(
+            vec![Message::user("find my milk notes")],
+            &CancellationToken::new(),
+        )
+        .await;
+    assert!(out.answered(), "{:?}", out.stop);
+    assert_eq!(out.interventions.words_requested, 1);
+    assert_eq!(out.interventions.thinking_cut_off, 1);
+    let requests = script.requests();
+    let [.., cut_off, again] = &requests[..] else {
+        panic!("{requests:?}");
+    };
+    for r in [cut_off, again] {
+        assert_eq!(r.options.tool_choice, ToolChoice::None);
+    }
+    let last = |r: &kberg_agent::ChatRequest| match r.messages.last() {
+        Some(Message::User { content }) => content.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        last(cut_off).contains("found 2 notes about milk"),
+        "{}",
+        last(cut_off)
+    );
+    assert!(!last(cut_off).contains("cut off"), "{}", last(cut_off));
+    let again = last(again);
+    assert!(again.contains("found 2 notes about milk"), "{again}");
+    assert!(
+        again.contains("cut off at the limit of 256 tokens"),
+        "{again}"
+    );
+}

@@ -266,7 +266,12 @@ impl Run<'_> {
             Message::Assistant { tool_calls, .. } => !tool_calls.is_empty(),
             _ => false,
         });
-        messages.push(Message::user(nudge::focused_answer(&results)));
+        let mut ask = nudge::focused_answer(&results);
+        if let Some(note) = &self.cut_off_note {
+            ask.push_str("\n\n");
+            ask.push_str(note);
+        }
+        messages.push(Message::user(ask));
         let mut options = self.request.options.clone();
         options.tool_choice = ToolChoice::None;
         Some(ChatRequest {

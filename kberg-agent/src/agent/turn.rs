@@ -72,6 +72,7 @@ impl Run<'_> {
                 None
             };
             let response = self.model_turn(turn_choice).await;
+            self.cut_off_note = None;
             let response = match response {
                 Ok(r) => r,
                 Err(ProviderError::Cancelled) => return StopReason::Cancelled,
@@ -170,7 +171,8 @@ impl Run<'_> {
         self.request
             .messages
             .push(Message::assistant(String::new()));
-        self.request.messages.push(Message::user(request));
+        self.request.messages.push(Message::user(request.clone()));
+        self.cut_off_note = Some(request);
         true
     }
 
