@@ -61,7 +61,9 @@ pub struct OllamaConfig {
     /// Whether a thinking model (qwen3, deepseek-r1, gpt-oss, ...) thinks before it answers,
     /// sent as `think`; `None` leaves it to the model's default (Ollama 0.9 and later think by
     /// default). [`Think::Off`] answers sooner and spends no tokens on thinking, which also
-    /// cannot run out the turn's `max_tokens` before an answer is written.
+    /// cannot run out the turn's `max_tokens` before an answer is written. A model that does
+    /// not think refuses anything but `Off` (HTTP 400, "... does not support thinking": a
+    /// `rejected` error).
     pub think: Option<Think>,
     /// Timeouts and retries.
     pub http: HttpOptions,
