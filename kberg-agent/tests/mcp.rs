@@ -70,6 +70,21 @@ fn script() -> Vec<kberg_agent::ChatResponse> {
     ]
 }
 
+/// `tools` in process (a [`LocalSurface`]) and over HTTP (an [`McpSurface`] to a kberg-server
+/// serving them), both as [`principal`]; the server stops when the first value drops.
+async fn in_process_and_over_http(
+    tools: ToolRegistry,
+) -> (RunningServer, [Box<dyn ToolSurface>; 2]) {
+    let app = McpApp::builder("tools", "1.0.0")
+        .tools(tools.clone())
+        .build();
+    let server =
+        RunningServer::start(app, loopback().auth(OpenAccess::as_principal(principal()))).await;
+    let remote = McpSurface::connect_http(&server.url).await.unwrap();
+    let local = LocalSurface::new(tools, Caller::new(principal()));
+    (server, [Box::new(local), Box::new(remote)])
+}
+
 /// The text of each tool result the model was given, in order.
 fn tool_results(out: &RunOutcome) -> Vec<String> {
     out.messages
@@ -683,17 +698,8 @@ async fn annotated_blocks_read_alike_in_process_and_over_http() {
                 }),
         )
         .unwrap();
-    let app = McpApp::builder("deploys", "1.0.0")
-        .tools(tools.clone())
-        .build();
-    let server =
-        RunningServer::start(app, loopback().auth(OpenAccess::as_principal(principal()))).await;
-    let remote = McpSurface::connect_http(&server.url).await.unwrap();
-    let local = LocalSurface::new(tools, Caller::new(principal()));
-    for surface in [
-        Box::new(local) as Box<dyn ToolSurface>,
-        Box::new(remote) as Box<dyn ToolSurface>,
-    ] {
+    let (_server, surfaces) = in_process_and_over_http(tools).await;
+    for surface in surfaces {
         let r = surface
             .call("deploy", json!({}), CancellationToken::new())
             .await
@@ -734,17 +740,8 @@ async fn structured_content_is_read_when_no_block_is_for_the_model() {
             },
         ))
         .unwrap();
-    let app = McpApp::builder("stats", "1.0.0")
-        .tools(tools.clone())
-        .build();
-    let server =
-        RunningServer::start(app, loopback().auth(OpenAccess::as_principal(principal()))).await;
-    let remote = McpSurface::connect_http(&server.url).await.unwrap();
-    let local = LocalSurface::new(tools, Caller::new(principal()));
-    for surface in [
-        Box::new(local) as Box<dyn ToolSurface>,
-        Box::new(remote) as Box<dyn ToolSurface>,
-    ] {
+    let (_server, surfaces) = in_process_and_over_http(tools).await;
+    for surface in surfaces {
         let r = surface
             .call("count", json!({}), CancellationToken::new())
             .await
@@ -793,13 +790,7 @@ async fn embedded_resources_read_alike_in_process_and_over_http() {
                 }),
         )
         .unwrap();
-    let app = McpApp::builder("files", "1.0.0")
-        .tools(tools.clone())
-        .build();
-    let server =
-        RunningServer::start(app, loopback().auth(OpenAccess::as_principal(principal()))).await;
-    let remote = McpSurface::connect_http(&server.url).await.unwrap();
-    let local = LocalSurface::new(tools, Caller::new(principal()));
+    let (_server, surfaces) = in_process_and_over_http(tools).await;
     let read = |surface: Box<dyn ToolSurface>| async move {
         let script = ScriptedProvider::new([
             ScriptedProvider::call("c1", "open_file", json!({})),
@@ -817,8 +808,9 @@ async fn embedded_resources_read_alike_in_process_and_over_http() {
             })
             .unwrap()
     };
-    let in_process = read(Box::new(local)).await;
-    let over_http = read(Box::new(remote)).await;
+    let [local, remote] = surfaces;
+    let in_process = read(local).await;
+    let over_http = read(remote).await;
     assert_eq!(in_process, over_http);
     for part in [
         "The file:",
