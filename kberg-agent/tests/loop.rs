@@ -1704,13 +1704,31 @@ async fn thinking_handed_on_apart_reaches_the_app_as_its_own_events() {
     }
 }
 
+/// Runs `script` for the user's "find my milk notes" as a reader, with `max_tokens` a turn.
+async fn find_milk_notes(
+    script: &ScriptedProvider,
+    max_tokens: Option<u32>,
+) -> kberg_agent::RunOutcome {
+    let config = core().options(kberg_agent::ChatOptions {
+        max_tokens,
+        ..kberg_agent::ChatOptions::default()
+    });
+    Agent::new(script.clone(), LocalSurface::new(registry(), reader()))
+        .with_config(config)
+        .run(
+            vec![Message::user("find my milk notes")],
+            &CancellationToken::new(),
+        )
+        .await
+}
+
 /// A reasoning model cut off at the output limit while it still thought wrote neither an answer
 /// nor a call. It is told so and given the same kind of turn again, tools offered, instead of
 /// being asked for an answer in words without tools (it had not looked at anything yet); a
 /// second cut-off is answered as any empty turn.
 #[tokio::test]
 async fn a_turn_cut_off_while_thinking_is_given_again() {
-    use kberg_agent::{ChatOptions, FinishReason, ToolChoice};
+    use kberg_agent::{FinishReason, ToolChoice};
     let thinking_cut_off = || ChatResponse {
         thinking: "The user wants their notes about milk, so I should".into(),
         finish: FinishReason::Length,
@@ -1721,18 +1739,7 @@ async fn a_turn_cut_off_while_thinking_is_given_again() {
         ScriptedProvider::call("c1", "search_notes", json!({"query": "milk"})),
         ScriptedProvider::text("You have two notes about milk."),
     ]);
-    let agent = Agent::new(script.clone(), LocalSurface::new(registry(), reader())).with_config(
-        core().options(ChatOptions {
-            max_tokens: Some(512),
-            ..ChatOptions::default()
-        }),
-    );
-    let out = agent
-        .run(
-            vec![Message::user("find my milk notes")],
-            &CancellationToken::new(),
-        )
-        .await;
+    let out = find_milk_notes(&script, Some(512)).await;
     assert!(out.answered(), "{:?}", out.stop);
     assert_eq!(out.calls.len(), 1);
     assert_eq!(out.interventions.thinking_cut_off, 1);
@@ -1759,14 +1766,7 @@ async fn a_turn_cut_off_while_thinking_is_given_again() {
         thinking_cut_off(),
         ScriptedProvider::text("I could not finish looking."),
     ]);
-    let agent =
-        Agent::new(script.clone(), LocalSurface::new(registry(), reader())).with_config(core());
-    let out = agent
-        .run(
-            vec![Message::user("find my milk notes")],
-            &CancellationToken::new(),
-        )
-        .await;
+    let out = find_milk_notes(&script, None).await;
     assert!(out.answered(), "{:?}", out.stop);
     assert_eq!(out.interventions.thinking_cut_off, 1);
     assert_eq!(out.interventions.words_requested, 1);
@@ -1778,7 +1778,7 @@ async fn a_turn_cut_off_while_thinking_is_given_again() {
 /// short form is rebuilt for each turn, and without the word the same turn would be sent again.
 #[tokio::test]
 async fn a_short_answer_turn_cut_off_while_thinking_says_so_again() {
-    use kberg_agent::{ChatOptions, FinishReason, ToolChoice};
+    use kberg_agent::{FinishReason, ToolChoice};
     let script = ScriptedProvider::new([
         ScriptedProvider::call("c1", "search_notes", json!({"query": "milk"})),
         // Only JSON: the loop asks for words in an answer-only turn, in its short form.
@@ -1790,18 +1790,7 @@ async fn a_short_answer_turn_cut_off_while_thinking_says_so_again() {
         },
         ScriptedProvider::text("You have two notes about milk."),
     ]);
-    let agent = Agent::new(script.clone(), LocalSurface::new(registry(), reader())).with_config(
-        core().options(ChatOptions {
-            max_tokens: Some(256),
-            ..ChatOptions::default()
-        }),
-    );
-    let out = agent
-        .run(
-            vec![Message::user("find my milk notes")],
-            &CancellationToken::new(),
-        )
-        .await;
+    let out = find_milk_notes(&script, Some(256)).await;
     assert!(out.answered(), "{:?}", out.stop);
     assert_eq!(out.interventions.words_requested, 1);
     assert_eq!(out.interventions.thinking_cut_off, 1);
