@@ -517,11 +517,7 @@ async fn fetch_in(
             .trim();
         // Scrubbed and escaped before it is cut, so neither a credential nor an escape is
         // left half shown at the cut.
-        let (mut quoted, cut) =
-            kberg_core::quote_escaped(&scrub(msg, source, sent.as_ref()), MAX_QUOTED_GIT_CHARS);
-        if cut {
-            quoted.push_str("...");
-        }
+        let quoted = kberg_core::quoted(&scrub(msg, source, sent.as_ref()), MAX_QUOTED_GIT_CHARS);
         let hint = if msg.contains("could not read Username")
             || msg.contains("Authentication failed")
             || msg.contains("terminal prompts disabled")

@@ -522,16 +522,7 @@ impl StderrTail {
         if last.is_empty() {
             return None;
         }
-        let quoted: Vec<String> = last
-            .iter()
-            .map(|l| {
-                let (mut q, cut) = kberg_core::quote_escaped(l, 300);
-                if cut {
-                    q.push_str("...");
-                }
-                q
-            })
-            .collect();
+        let quoted: Vec<String> = last.iter().map(|l| kberg_core::quoted(l, 300)).collect();
         Some(quoted.join(" | "))
     }
 }

@@ -159,7 +159,7 @@ pub use resource::{
 };
 pub use scope::{SCOPE_SCHEMA_KEYWORD, Scope, ScopeSet, ScopeSpec};
 pub use task::{Started, TaskConfig, TaskError, TaskOutcome, TaskSnapshot, TaskStatus, TaskStore};
-pub use text::{char_floor, counted, cut_chars, escaped_when_quoted, quote_escaped};
+pub use text::{char_floor, counted, cut_chars, escaped_when_quoted, quote_escaped, quoted};
 #[cfg(feature = "sqlite")]
 pub use ticket_sqlite::SqliteTicketStore;
 pub use tool::{

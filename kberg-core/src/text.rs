@@ -96,6 +96,21 @@ pub fn quote_escaped(text: &str, max: usize) -> (String, bool) {
     (out, false)
 }
 
+/// [`quote_escaped`] with `...` after a quote that was cut: how an error quotes what a server,
+/// a child process or a library said.
+///
+/// ```
+/// assert_eq!(kberg_core::quoted("abcdef", 3), "abc...");
+/// assert_eq!(kberg_core::quoted("a\u{1b}", 10), "a\\u{1b}");
+/// ```
+pub fn quoted(text: &str, max: usize) -> String {
+    let (mut out, cut) = quote_escaped(text, max);
+    if cut {
+        out.push_str("...");
+    }
+    out
+}
+
 /// `n` followed by the noun that agrees with it, for counts in messages: `1 token`,
 /// `2 tokens`, `0 tokens` (never "token(s)").
 ///

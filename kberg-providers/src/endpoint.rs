@@ -57,16 +57,9 @@ fn bounded(text: String) -> String {
 }
 
 /// `text` as an error may quote it: control characters escaped and cut to at most `max`
-/// characters with `...` when cut ([`kberg_core::quote_escaped`]: the cut counts the escapes
-/// as written and falls between two of them, so the quote stays within its bound and shows no
-/// half escape). Quoting a quoted text changes nothing.
-pub(crate) fn quoted(text: &str, max: usize) -> String {
-    let (mut out, cut) = kberg_core::quote_escaped(text, max);
-    if cut {
-        out.push_str("...");
-    }
-    out
-}
+/// characters with `...` when cut ([`kberg_core::quoted`]). Quoting a quoted text changes
+/// nothing.
+pub(crate) use kberg_core::quoted;
 
 /// `e` with every text in it scrubbed of `credentials`, then [`quoted`] (control characters
 /// escaped, cut to a bounded length): whatever a reply said (an in-band error, a line that is
