@@ -24,7 +24,7 @@ use kberg_server::{AuthError, Authenticator, HeaderMap, HttpConfig, HttpServer, 
 use kberg_testkit::{WAIT, eventually_async_ok};
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 /// What the upstream saw and which of its own tokens it accepts.
@@ -97,11 +97,13 @@ async fn start_upstream(recorder: Arc<Recorder>) -> (String, CancellationToken) 
         )
         .unwrap();
     // A result with a block for the user only that quotes the credential the upstream was sent
-    // (read back from the account name), beside one for the model.
+    // (read back from the account name), beside one for the model; the result's `_meta` and
+    // the model's block's quote it too, as does the tool's own `_meta` (claude's credential).
     tools
         .register(
             ToolBuilder::new("announce")
                 .description("Announce the deploy.")
+                .meta("example.com/signed", json!({"as": "up-claude-1"}))
                 .handler(|_a: NoArgs, ctx| async move {
                     let id = &ctx.caller().principal().id;
                     let token: String = id.trim_start_matches("acct-").chars().rev().collect();
@@ -109,8 +111,10 @@ async fn start_upstream(recorder: Arc<Recorder>) -> (String, CancellationToken) 
                         Content::text(format!("signed in with token {token}"))
                             .annotated(Annotations::for_audience([Role::User])),
                         Content::text("announced")
-                            .annotated(Annotations::for_audience([Role::Assistant])),
-                    ]))
+                            .annotated(Annotations::for_audience([Role::Assistant]))
+                            .with_meta("example.com/by", json!(token)),
+                    ])
+                    .with_meta(token.clone(), json!({"token": token})))
                 }),
         )
         .unwrap();
@@ -418,6 +422,76 @@ async fn blocks_for_the_user_keep_their_audience_and_lose_the_credential() {
     );
     assert_eq!(r.user_text, "signed in with token [redacted]");
     assert!(!format!("{r:?}").contains("up-claude-1"), "{r:?}");
+    running.stop().await;
+}
+
+/// One stateless 2026-07-28 request to the gateway as `bearer`, its answer's JSON and text.
+async fn raw(url: &str, bearer: &str, method: &str, params: serde_json::Value) -> (Value, String) {
+    let mut params = params;
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "probe", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {}
+    });
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .bearer_auth(bearer)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method);
+    if let Some(name) = params["name"].as_str() {
+        request = request.header("mcp-name", name);
+    }
+    let r = request
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let text = r.text().await.unwrap();
+    let body = text
+        .lines()
+        .find_map(|l| l.strip_prefix("data:"))
+        .unwrap_or(&text)
+        .trim()
+        .to_string();
+    (serde_json::from_str(&body).unwrap(), text)
+}
+
+/// What an upstream says in a `_meta` reaches the agent's client, not only its model: the
+/// tool's in the listing, the result's and a block's. Each loses the injected credential.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_meta_an_upstream_sends_loses_the_credential() {
+    let running = run_gateway().await;
+    let claude = token(running.tmp.path(), "claude");
+    let (listed, text) = raw(&running.gw_url, &claude, "tools/list", json!({})).await;
+    assert!(!text.contains("up-claude-1"), "{text}");
+    let announce = listed["result"]["tools"]
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["name"] == "tickets__announce"))
+        .unwrap_or_else(|| panic!("listed: {listed}"));
+    assert_eq!(
+        announce["_meta"]["example.com/signed"],
+        json!({"as": "[redacted]"})
+    );
+    let (called, text) = raw(
+        &running.gw_url,
+        &claude,
+        "tools/call",
+        json!({"name": "tickets__announce", "arguments": {}}),
+    )
+    .await;
+    assert!(!text.contains("up-claude-1"), "{text}");
+    let result = &called["result"];
+    assert_eq!(
+        result["_meta"],
+        json!({"[redacted]": {"token": "[redacted]"}}),
+        "{called}"
+    );
+    assert_eq!(
+        result["content"][1]["_meta"],
+        json!({"example.com/by": "[redacted]"})
+    );
     running.stop().await;
 }
 

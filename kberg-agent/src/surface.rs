@@ -512,8 +512,10 @@ mod tests {
             Content::ResourceLink {
                 uri: "file:///a".into(),
                 name: "a".into(),
+                title: None,
                 description: Some("  ".into()),
                 mime_type: None,
+                size: None,
             },
         ]);
         let (text, user) = text.texts(None);

@@ -783,8 +783,10 @@ async fn embedded_resources_read_alike_in_process_and_over_http() {
                         kberg_core::Content::ResourceLink {
                             uri: "file:///README.md".into(),
                             name: "README.md".into(),
+                            title: None,
                             description: Some("How to build".into()),
                             mime_type: Some("text/markdown".into()),
+                            size: None,
                         },
                     ]))
                 }),

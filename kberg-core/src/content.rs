@@ -35,6 +35,9 @@ pub struct ResourceContents {
     /// Text or bytes.
     #[serde(flatten)]
     pub body: ResourceBody,
+    /// Its `_meta` (MCP Apps' `ui` of a view: its content security policy, its border).
+    #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, Value>>,
 }
 
 impl ResourceContents {
@@ -44,6 +47,7 @@ impl ResourceContents {
             uri: uri.into(),
             mime_type: mime.map(str::to_string),
             body: ResourceBody::Text(text.into()),
+            meta: None,
         }
     }
 
@@ -53,7 +57,24 @@ impl ResourceContents {
             uri: uri.into(),
             mime_type: mime.map(str::to_string),
             body: ResourceBody::Blob(bytes),
+            meta: None,
         }
+    }
+
+    /// These contents with one key of their `_meta` set (replacing what it held).
+    ///
+    /// ```
+    /// use kberg_core::ResourceContents;
+    /// use serde_json::json;
+    /// let view = ResourceContents::text("ui://clock/app.html", Some("text/html;profile=mcp-app"), "<p>12:00</p>")
+    ///     .meta("ui", json!({"prefersBorder": true}));
+    /// assert_eq!(serde_json::to_value(&view).unwrap()["_meta"]["ui"]["prefersBorder"], true);
+    /// ```
+    pub fn meta(mut self, key: impl Into<String>, value: Value) -> Self {
+        self.meta
+            .get_or_insert_with(serde_json::Map::new)
+            .insert(key.into(), value);
+        self
     }
 }
 
@@ -117,8 +138,9 @@ impl Annotations {
 /// One block of a tool result or prompt message. Serializes as an MCP `ContentBlock`
 /// (`{"type": "text", "text": …}`, `{"type": "image", "data": <base64>, "mimeType": …}`, …).
 ///
-/// A block with MCP `annotations` is [`Content::Annotated`]: read it through
-/// [`Content::block`] and [`Content::annotations`], which see through the annotations.
+/// A block with MCP `annotations` or a `_meta` is [`Content::Annotated`]: read it through
+/// [`Content::block`], [`Content::annotations`] and [`Content::meta`], which see through
+/// them.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Content {
@@ -144,21 +166,28 @@ pub enum Content {
         uri: String,
         /// Its name.
         name: String,
+        /// Optional title, for people.
+        title: Option<String>,
         /// Optional description.
         description: Option<String>,
         /// Optional MIME type.
         mime_type: Option<String>,
+        /// Its size in bytes, if known.
+        size: Option<u64>,
     },
     /// A resource's contents embedded in the result.
     Resource(ResourceContents),
-    /// A block with its annotations (who it is for, its priority). Made by
-    /// [`Content::annotated`], which never nests one in another; the wire form is the block's
-    /// with an `annotations` field.
+    /// A block with its annotations (who it is for, its priority) or its `_meta` (what it
+    /// says to the client, such as an MCP App's view). Made by [`Content::annotated`] and
+    /// [`Content::with_meta`], which never nest one in another; the wire form is the block's
+    /// with an `annotations` field (when there are any) and a `_meta` one.
     Annotated {
         /// The block itself (never `Annotated`).
         block: Box<Content>,
-        /// Its annotations.
+        /// Its annotations (all `None` for a block with only a `_meta`).
         annotations: Annotations,
+        /// Its `_meta`, if it has one.
+        meta: Option<serde_json::Map<String, Value>>,
     },
 }
 
@@ -168,15 +197,72 @@ impl Content {
         Content::Text(s.into())
     }
 
-    /// This block with `annotations`, replacing any it had.
-    pub fn annotated(self, annotations: Annotations) -> Self {
-        Content::Annotated {
-            block: Box::new(self.into_block()),
-            annotations,
+    /// A link to the resource `uri` named `name`, with no title, description, MIME type or
+    /// size.
+    pub fn resource_link(uri: impl Into<String>, name: impl Into<String>) -> Self {
+        Content::ResourceLink {
+            uri: uri.into(),
+            name: name.into(),
+            title: None,
+            description: None,
+            mime_type: None,
+            size: None,
         }
     }
 
-    /// The block without its annotations.
+    /// This block with `annotations`, replacing any it had (its `_meta` is kept).
+    pub fn annotated(self, annotations: Annotations) -> Self {
+        let (block, _, meta) = self.into_parts();
+        Content::Annotated {
+            block: Box::new(block),
+            annotations,
+            meta,
+        }
+    }
+
+    /// This block with one key of its `_meta` set (replacing what it held); its annotations
+    /// are kept.
+    ///
+    /// ```
+    /// use kberg_core::Content;
+    /// use serde_json::json;
+    /// let block = Content::text("12:00").with_meta("example.com/at", json!(1));
+    /// assert_eq!(block.block(), &Content::text("12:00"));
+    /// assert_eq!(serde_json::to_value(&block).unwrap()["_meta"], json!({"example.com/at": 1}));
+    /// ```
+    pub fn with_meta(self, key: impl Into<String>, value: Value) -> Self {
+        let (block, annotations, meta) = self.into_parts();
+        let mut meta = meta.unwrap_or_default();
+        meta.insert(key.into(), value);
+        Content::Annotated {
+            block: Box::new(block),
+            annotations: annotations.unwrap_or_default(),
+            meta: Some(meta),
+        }
+    }
+
+    /// The block, its annotations (when it has any) and its `_meta`.
+    fn into_parts(
+        self,
+    ) -> (
+        Content,
+        Option<Annotations>,
+        Option<serde_json::Map<String, Value>>,
+    ) {
+        match self {
+            Content::Annotated {
+                block,
+                annotations,
+                meta,
+            } => {
+                let annotations = (annotations != Annotations::default()).then_some(annotations);
+                (block.into_block(), annotations, meta)
+            }
+            other => (other, None, None),
+        }
+    }
+
+    /// The block without its annotations and `_meta`.
     pub fn block(&self) -> &Content {
         match self {
             Content::Annotated { block, .. } => block.block(),
@@ -192,7 +278,7 @@ impl Content {
         }
     }
 
-    /// The block, its annotations dropped.
+    /// The block, its annotations and `_meta` dropped.
     pub fn into_block(self) -> Content {
         match self {
             Content::Annotated { block, .. } => block.into_block(),
@@ -203,13 +289,24 @@ impl Content {
     /// Its annotations, if it has any.
     pub fn annotations(&self) -> Option<&Annotations> {
         match self {
-            Content::Annotated { annotations, .. } => Some(annotations),
+            Content::Annotated { annotations, .. } if *annotations != Annotations::default() => {
+                Some(annotations)
+            }
             _ => None,
         }
     }
 
-    /// Hands every string of the block to `text` (its text, a link's URI, name, description
-    /// and MIME type, a resource's URI, MIME type and text, annotations' timestamp) and a
+    /// Its `_meta`, if it has one.
+    pub fn meta(&self) -> Option<&serde_json::Map<String, Value>> {
+        match self {
+            Content::Annotated { meta, .. } => meta.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Hands every string of the block to `text` (its text, a link's URI, name, title,
+    /// description and MIME type, a resource's URI, MIME type and text, annotations' timestamp,
+    /// and every key and string value of a `_meta`, the block's or its resource's) and a
     /// resource's bytes to `bytes`, to change them in place; an image's or audio clip's bytes
     /// are not handed on (they are media, not text). For a scrubber that must reach everything
     /// a block says: this match is exhaustive, so a kind of block added here is added to it.
@@ -219,9 +316,12 @@ impl Content {
     /// let mut link = Content::ResourceLink {
     ///     uri: "https://h/?t=s3cret".into(),
     ///     name: "s3cret".into(),
+    ///     title: None,
     ///     description: None,
     ///     mime_type: None,
-    /// };
+    ///     size: None,
+    /// }
+    /// .with_meta("seen", serde_json::json!({"s3cret": ["at s3cret"]}));
     /// link.strings_mut(&mut |s| *s = s.replace("s3cret", "***"), &mut |_| {});
     /// assert!(!format!("{link:?}").contains("s3cret"));
     /// ```
@@ -238,12 +338,15 @@ impl Content {
             Content::ResourceLink {
                 uri,
                 name,
+                title,
                 description,
                 mime_type,
+                size: _,
             } => {
                 for s in [
                     Some(uri),
                     Some(name),
+                    title.as_mut(),
                     description.as_mut(),
                     mime_type.as_mut(),
                 ]
@@ -262,11 +365,21 @@ impl Content {
                     ResourceBody::Text(t) => text(t),
                     ResourceBody::Blob(b) => bytes(b),
                 }
+                if let Some(meta) = r.meta.as_mut() {
+                    map_strings_mut(meta, text);
+                }
             }
-            Content::Annotated { block, annotations } => {
+            Content::Annotated {
+                block,
+                annotations,
+                meta,
+            } => {
                 block.strings_mut(text, bytes);
                 if let Some(at) = annotations.last_modified.as_mut() {
                     text(at);
+                }
+                if let Some(meta) = meta.as_mut() {
+                    map_strings_mut(meta, text);
                 }
             }
         }
@@ -280,59 +393,92 @@ impl Content {
     }
 }
 
+/// Every key and string value in `meta`, handed to `text` to change in place (a key that
+/// changes is moved to its new name).
+fn map_strings_mut(meta: &mut serde_json::Map<String, Value>, text: &mut dyn FnMut(&mut String)) {
+    let entries = std::mem::take(meta);
+    for (mut key, mut value) in entries {
+        text(&mut key);
+        value_strings_mut(&mut value, text);
+        meta.insert(key, value);
+    }
+}
+
+fn value_strings_mut(v: &mut Value, text: &mut dyn FnMut(&mut String)) {
+    match v {
+        Value::String(s) => text(s),
+        Value::Array(items) => items.iter_mut().for_each(|i| value_strings_mut(i, text)),
+        Value::Object(map) => map_strings_mut(map, text),
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
+}
+
 /// The wire form of a [`Content`] block: the derive that is this crate's one JSON codec for
 /// content. Borrowed when serializing, owned when deserializing. Every kind of block may carry
-/// `annotations`, read into [`Content::Annotated`].
+/// `annotations` and a `_meta` ([`Extras`]), read into [`Content::Annotated`].
 #[derive(Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum ContentWire<'a> {
     Text {
         text: Cow<'a, str>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        annotations: Option<Cow<'a, Annotations>>,
+        #[serde(flatten)]
+        extras: Extras<'a>,
     },
     Image {
         #[serde(with = "base64_bytes_cow")]
         data: Cow<'a, [u8]>,
         #[serde(rename = "mimeType")]
         mime_type: Cow<'a, str>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        annotations: Option<Cow<'a, Annotations>>,
+        #[serde(flatten)]
+        extras: Extras<'a>,
     },
     Audio {
         #[serde(with = "base64_bytes_cow")]
         data: Cow<'a, [u8]>,
         #[serde(rename = "mimeType")]
         mime_type: Cow<'a, str>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        annotations: Option<Cow<'a, Annotations>>,
+        #[serde(flatten)]
+        extras: Extras<'a>,
     },
     ResourceLink {
         uri: Cow<'a, str>,
         name: Cow<'a, str>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        title: Option<Cow<'a, str>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         description: Option<Cow<'a, str>>,
         #[serde(rename = "mimeType", default, skip_serializing_if = "Option::is_none")]
         mime_type: Option<Cow<'a, str>>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        annotations: Option<Cow<'a, Annotations>>,
+        size: Option<u64>,
+        #[serde(flatten)]
+        extras: Extras<'a>,
     },
     Resource {
         resource: Cow<'a, ResourceContents>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        annotations: Option<Cow<'a, Annotations>>,
+        #[serde(flatten)]
+        extras: Extras<'a>,
     },
 }
 
+/// What every kind of block may carry besides itself.
+#[derive(Default, Serialize, Deserialize)]
+struct Extras<'a> {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    annotations: Option<Cow<'a, Annotations>>,
+    #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
+    meta: Option<Cow<'a, serde_json::Map<String, Value>>>,
+}
+
 impl<'a> ContentWire<'a> {
-    /// The block's `annotations` field.
-    fn annotations(&mut self) -> &mut Option<Cow<'a, Annotations>> {
+    /// The block's `annotations` and `_meta`.
+    fn extras(&mut self) -> &mut Extras<'a> {
         match self {
-            ContentWire::Text { annotations, .. }
-            | ContentWire::Image { annotations, .. }
-            | ContentWire::Audio { annotations, .. }
-            | ContentWire::ResourceLink { annotations, .. }
-            | ContentWire::Resource { annotations, .. } => annotations,
+            ContentWire::Text { extras, .. }
+            | ContentWire::Image { extras, .. }
+            | ContentWire::Audio { extras, .. }
+            | ContentWire::ResourceLink { extras, .. }
+            | ContentWire::Resource { extras, .. } => extras,
         }
     }
 }
@@ -342,37 +488,44 @@ impl<'a> From<&'a Content> for ContentWire<'a> {
         match c {
             Content::Text(t) => ContentWire::Text {
                 text: t.into(),
-                annotations: None,
+                extras: Extras::default(),
             },
             Content::Image { data, mime_type } => ContentWire::Image {
                 data: Cow::Borrowed(data),
                 mime_type: mime_type.into(),
-                annotations: None,
+                extras: Extras::default(),
             },
             Content::Audio { data, mime_type } => ContentWire::Audio {
                 data: Cow::Borrowed(data),
                 mime_type: mime_type.into(),
-                annotations: None,
+                extras: Extras::default(),
             },
             Content::ResourceLink {
                 uri,
                 name,
+                title,
                 description,
                 mime_type,
+                size,
             } => ContentWire::ResourceLink {
                 uri: uri.into(),
                 name: name.into(),
+                title: title.as_deref().map(Cow::Borrowed),
                 description: description.as_deref().map(Cow::Borrowed),
                 mime_type: mime_type.as_deref().map(Cow::Borrowed),
-                annotations: None,
+                size: *size,
+                extras: Extras::default(),
             },
             Content::Resource(r) => ContentWire::Resource {
                 resource: Cow::Borrowed(r),
-                annotations: None,
+                extras: Extras::default(),
             },
-            Content::Annotated { block, annotations } => {
+            Content::Annotated { block, meta, .. } => {
                 let mut wire = ContentWire::from(block.block());
-                *wire.annotations() = Some(Cow::Borrowed(annotations));
+                *wire.extras() = Extras {
+                    annotations: c.annotations().map(Cow::Borrowed),
+                    meta: meta.as_ref().map(Cow::Borrowed),
+                };
                 wire
             }
         }
@@ -381,7 +534,7 @@ impl<'a> From<&'a Content> for ContentWire<'a> {
 
 impl From<ContentWire<'_>> for Content {
     fn from(mut w: ContentWire<'_>) -> Self {
-        let annotations = w.annotations().take();
+        let Extras { annotations, meta } = std::mem::take(w.extras());
         let block = match w {
             ContentWire::Text { text, .. } => Content::Text(text.into_owned()),
             ContentWire::Image {
@@ -399,20 +552,28 @@ impl From<ContentWire<'_>> for Content {
             ContentWire::ResourceLink {
                 uri,
                 name,
+                title,
                 description,
                 mime_type,
+                size,
                 ..
             } => Content::ResourceLink {
                 uri: uri.into_owned(),
                 name: name.into_owned(),
+                title: title.map(Cow::into_owned),
                 description: description.map(Cow::into_owned),
                 mime_type: mime_type.map(Cow::into_owned),
+                size,
             },
             ContentWire::Resource { resource, .. } => Content::Resource(resource.into_owned()),
         };
-        match annotations {
-            Some(a) => block.annotated(a.into_owned()),
-            None => block,
+        if annotations.is_none() && meta.is_none() {
+            return block;
+        }
+        Content::Annotated {
+            block: Box::new(block),
+            annotations: annotations.map(Cow::into_owned).unwrap_or_default(),
+            meta: meta.map(Cow::into_owned),
         }
     }
 }
@@ -445,6 +606,10 @@ pub struct ToolOutput {
     /// Whether this is an error result (the model sees it; the call itself completed).
     #[serde(rename = "isError", default)]
     pub is_error: bool,
+    /// The result's `_meta`, for the client rather than the model (an MCP App's view reads
+    /// it); `None` for none. Boxed: most results have none, and a result is moved often.
+    #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Box<serde_json::Map<String, Value>>>,
 }
 
 impl ToolOutput {
@@ -470,12 +635,21 @@ impl ToolOutput {
             content: vec![Content::Text(message.into())],
             structured: Some(details),
             is_error: true,
+            meta: None,
         }
     }
 
     /// Adds structured content.
     pub fn with_structured(mut self, v: Value) -> Self {
         self.structured = Some(v);
+        self
+    }
+
+    /// Sets one key of the result's `_meta` (replacing what it held).
+    pub fn with_meta(mut self, key: impl Into<String>, value: Value) -> Self {
+        self.meta
+            .get_or_insert_with(Box::default)
+            .insert(key.into(), value);
         self
     }
 
@@ -562,14 +736,20 @@ mod tests {
                 Content::ResourceLink {
                     uri: "app://x".into(),
                     name: "x".into(),
+                    title: None,
                     description: None,
                     mime_type: Some("text/plain".into()),
+                    size: None,
                 },
                 Content::Resource(ResourceContents::blob("app://b", None, vec![9, 8])),
-                Content::Resource(ResourceContents::text("app://t", Some("text/plain"), "t")),
+                Content::Resource(
+                    ResourceContents::text("app://t", Some("text/plain"), "t")
+                        .meta("ui", json!({"prefersBorder": true})),
+                ),
             ],
             structured: Some(json!({"n": 1})),
             is_error: true,
+            meta: json!({"app/seen": 2}).as_object().cloned().map(Box::new),
         }
     }
 
@@ -605,10 +785,14 @@ mod tests {
         );
         assert_eq!(
             v["content"][5]["resource"],
-            json!({"uri": "app://t", "mimeType": "text/plain", "text": "t"})
+            json!({"uri": "app://t", "mimeType": "text/plain", "text": "t",
+                   "_meta": {"ui": {"prefersBorder": true}}})
         );
         assert_eq!(v["structuredContent"], json!({"n": 1}));
         assert_eq!(v["isError"], true);
+        assert_eq!(v["_meta"], json!({"app/seen": 2}));
+        let bare = output_to_json(&ToolOutput::text("x"));
+        assert!(bare.get("_meta").is_none(), "{bare}");
     }
 
     /// MCP's `annotations` on a block (who it is for, its priority, when it changed) are read
@@ -661,6 +845,67 @@ mod tests {
         );
     }
 
+    /// A block's `_meta`, a resource link's title and size, and an embedded resource's
+    /// `_meta` are read and written again as they came, beside annotations or alone.
+    #[test]
+    fn block_meta_and_link_fields_survive_the_round_trip() {
+        let v = json!({"content": [
+            {"type": "text", "text": "12:00", "_meta": {"example.com/block": 1}},
+            {"type": "text", "text": "for you", "annotations": {"audience": ["user"]},
+             "_meta": {"k": "v"}},
+            {"type": "resource_link", "uri": "ui://clock/app.html", "name": "app",
+             "title": "The clock", "size": 18},
+            {"type": "resource", "resource": {"uri": "u", "text": "t", "_meta": {"ui": {}}}}
+        ], "isError": false});
+        let out = output_from_json(&v).unwrap();
+        assert_eq!(out.content[0].block(), &Content::text("12:00"));
+        assert_eq!(out.content[0].annotations(), None);
+        assert_eq!(
+            out.content[0].meta(),
+            json!({"example.com/block": 1}).as_object()
+        );
+        assert!(!out.content[1].is_for(Role::Assistant));
+        assert_eq!(
+            out.content[2],
+            Content::ResourceLink {
+                uri: "ui://clock/app.html".into(),
+                name: "app".into(),
+                title: Some("The clock".into()),
+                description: None,
+                mime_type: None,
+                size: Some(18),
+            }
+        );
+        assert_eq!(output_to_json(&out), v);
+        // Annotating keeps the `_meta`, and the `_meta` keeps the annotations.
+        let both = Content::text("x")
+            .with_meta("a", json!(1))
+            .annotated(Annotations::default().with_priority(1.0))
+            .with_meta("b", json!(2));
+        assert_eq!(
+            serde_json::to_value(&both).unwrap(),
+            json!({"type": "text", "text": "x", "annotations": {"priority": 1.0},
+                   "_meta": {"a": 1, "b": 2}})
+        );
+        assert_eq!(both.clone().into_block(), Content::text("x"));
+    }
+
+    /// Every key and string of a `_meta` reaches `strings_mut`, the block's and an embedded
+    /// resource's alike.
+    #[test]
+    fn strings_mut_reaches_every_meta() {
+        let mut blocks = [
+            Content::text("x")
+                .with_meta("s3cret", json!({"k": ["at s3cret", 1, {"s3cret": null}]})),
+            Content::Resource(ResourceContents::text("u", None, "t").meta("m", json!("s3cret"))),
+        ];
+        for b in &mut blocks {
+            b.strings_mut(&mut |s| *s = s.replace("s3cret", "***"), &mut |_| {});
+            let shown = serde_json::to_string(&*b).unwrap();
+            assert!(!shown.contains("s3cret"), "{shown}");
+        }
+    }
+
     #[test]
     fn older_stored_forms_still_read() {
         // Tickets filed before the derive wrote explicit nulls for absent optional fields.
@@ -669,15 +914,7 @@ mod tests {
             {"type": "resource", "resource": {"uri": "u", "mimeType": null, "text": "t"}}
         ], "isError": false});
         let out = output_from_json(&v).unwrap();
-        assert_eq!(
-            out.content[0],
-            Content::ResourceLink {
-                uri: "u".into(),
-                name: "n".into(),
-                description: None,
-                mime_type: None
-            }
-        );
+        assert_eq!(out.content[0], Content::resource_link("u", "n"));
         assert_eq!(
             out.content[1],
             Content::Resource(ResourceContents::text("u", None, "t"))

@@ -370,6 +370,7 @@ pub(crate) fn preview_output(
             "preview": out.structured.unwrap_or(Value::Null),
         })),
         is_error: false,
+        meta: out.meta,
     }
 }
 

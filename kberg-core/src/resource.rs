@@ -115,6 +115,9 @@ pub struct ResourceDescriptor {
     pub mime_type: Option<String>,
     /// Size in bytes, if known.
     pub size: Option<u64>,
+    /// Its `_meta` as clients are told it (MCP Apps' `ui` of a view: its content security
+    /// policy, its border); empty for none.
+    pub meta: serde_json::Map<String, serde_json::Value>,
 }
 
 impl ResourceDescriptor {
@@ -150,6 +153,12 @@ impl ResourceDescriptor {
         self.size = Some(s);
         self
     }
+
+    /// Sets one key of its `_meta` (replacing what it held).
+    pub fn meta(mut self, key: impl Into<String>, value: serde_json::Value) -> Self {
+        self.meta.insert(key.into(), value);
+        self
+    }
 }
 
 /// What a client is told about a URI template.
@@ -166,6 +175,8 @@ pub struct ResourceTemplate {
     pub description: Option<String>,
     /// MIME type of the resources it produces.
     pub mime_type: Option<String>,
+    /// Its `_meta` as clients are told it; empty for none.
+    pub meta: serde_json::Map<String, serde_json::Value>,
 }
 
 impl ResourceTemplate {
@@ -187,6 +198,12 @@ impl ResourceTemplate {
     /// Sets the MIME type.
     pub fn mime_type(mut self, m: impl Into<String>) -> Self {
         self.mime_type = Some(m.into());
+        self
+    }
+
+    /// Sets one key of its `_meta` (replacing what it held).
+    pub fn meta(mut self, key: impl Into<String>, value: serde_json::Value) -> Self {
+        self.meta.insert(key.into(), value);
         self
     }
 }

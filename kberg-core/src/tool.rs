@@ -103,6 +103,11 @@ pub struct ToolSpec {
     /// (in `input_required` round trips), and becomes a task the first time it waits on
     /// anything else. Set by [`ToolBuilder::task_after_input`].
     pub task_after_input: bool,
+    /// The tool's `_meta` as clients are told it: keys for extensions, such as MCP Apps'
+    /// `ui` (`{"resourceUri": "ui://..."}`, the interactive view a host shows for the tool).
+    /// Empty for none. kberg-server adds its own `kberg/capability` to a Write tool's. Set by
+    /// [`ToolBuilder::meta`].
+    pub meta: serde_json::Map<String, Value>,
 }
 
 /// Whether a tool may run as a task: a call that answers at once with a task id while the tool
@@ -142,6 +147,7 @@ impl ToolSpec {
             scope_field: None,
             task_support: TaskSupport::Forbidden,
             task_after_input: false,
+            meta: serde_json::Map::new(),
         }
     }
 
@@ -168,6 +174,7 @@ impl ToolOutput {
             content: vec![Content::Text(v.to_string())],
             structured: Some(v),
             is_error: false,
+            meta: None,
         })
     }
 }
@@ -419,6 +426,25 @@ impl ToolBuilder {
     /// are the task's `inputRequests`.
     pub fn task_after_input(mut self) -> Self {
         self.spec.task_after_input = true;
+        self
+    }
+
+    /// Sets one key of the tool's `_meta` (replacing what it held), for an extension clients
+    /// read there: MCP Apps' view of the tool is
+    /// `.meta("ui", json!({"resourceUri": "ui://clock/app.html"}))`, beside a resource of that
+    /// URI serving the view (`text/html;profile=mcp-app`).
+    ///
+    /// ```
+    /// use kberg_core::ToolBuilder;
+    /// use serde_json::json;
+    /// let tool = ToolBuilder::new("clock")
+    ///     .meta("ui", json!({"resourceUri": "ui://clock/app.html"}))
+    ///     .sync_handler(|_: serde_json::Value, _| Ok(kberg_core::ToolOutput::text("12:00")));
+    /// # use kberg_core::Tool as _;
+    /// assert_eq!(tool.spec().meta["ui"]["resourceUri"], "ui://clock/app.html");
+    /// ```
+    pub fn meta(mut self, key: impl Into<String>, value: Value) -> Self {
+        self.spec.meta.insert(key.into(), value);
         self
     }
 

@@ -27,6 +27,9 @@ pub(crate) fn from_json<T: DeserializeOwned>(what: &str, v: Value) -> Result<T, 
     })
 }
 
+/// The `_meta` key that names a Write tool's capability in a listing.
+pub(crate) const CAPABILITY_META: &str = "kberg/capability";
+
 /// The rmcp tool description of a spec.
 pub(crate) fn tool(spec: &ToolSpec) -> m::Tool {
     let input: JsonObject = match &spec.input_schema {
@@ -58,13 +61,14 @@ pub(crate) fn tool(spec: &ToolSpec) -> m::Tool {
     a.idempotent_hint = h.idempotent_hint;
     a.open_world_hint = h.open_world_hint;
     t.annotations = Some(a);
+    // The app's own keys (an extension's, such as MCP Apps' `ui`), and Kberg's capability of
+    // a Write tool, which no app key replaces.
+    let mut meta = spec.meta.clone();
     if let ToolKind::Write(cap) = &spec.kind {
-        let mut meta = m::MetaObject::new();
-        meta.0.insert(
-            "kberg/capability".into(),
-            Value::String(cap.id().to_string()),
-        );
-        t.meta = Some(meta);
+        meta.insert(CAPABILITY_META.into(), Value::String(cap.id().to_string()));
+    }
+    if !meta.is_empty() {
+        t.meta = Some(m::MetaObject(meta));
     }
     t
 }
@@ -97,6 +101,7 @@ pub(crate) fn call_result(out: ToolOutput) -> Result<CallToolResult, McpError> {
         CallToolResult::success(content)
     };
     r.structured_content = out.structured;
+    r.meta = out.meta.map(|m| m::MetaObject(*m));
     Ok(r)
 }
 
@@ -129,6 +134,9 @@ fn descriptor_json(d: &ResourceDescriptor) -> Value {
     if let Some(x) = d.size {
         v["size"] = json!(x);
     }
+    if !d.meta.is_empty() {
+        v["_meta"] = Value::Object(d.meta.clone());
+    }
     v
 }
 
@@ -142,6 +150,9 @@ fn template_json(t: &ResourceTemplate) -> Value {
     }
     if let Some(x) = &t.mime_type {
         v["mimeType"] = json!(x);
+    }
+    if !t.meta.is_empty() {
+        v["_meta"] = Value::Object(t.meta.clone());
     }
     v
 }
@@ -258,8 +269,10 @@ mod tests {
             Content::ResourceLink {
                 uri: "notes://1".into(),
                 name: "one".into(),
+                title: None,
                 description: Some("first".into()),
                 mime_type: None,
+                size: None,
             },
             Content::Resource(ResourceContents::blob(
                 "notes://2",

@@ -4,14 +4,15 @@
 //! token they rejected (Gitea: `access token does not exist [sha: <the token>]`). The gateway
 //! knows the exact value it injected into the connection, so before a result reaches an agent
 //! every text it carries is searched for it and the value replaced with `[redacted]`: text
-//! blocks, resource links (URI, name, description, MIME type), embedded resources (URI, MIME
-//! type, text, and the bytes of a blob), the MIME type of images and audio, a block's
-//! annotations (its timestamp; the block within is searched as any other), and every string
-//! and object key of the structured content. The blocks are walked by kberg-core's
+//! blocks, resource links (URI, name, title, description, MIME type), embedded resources
+//! (URI, MIME type, text, the bytes of a blob, and its `_meta`), the MIME type of images and
+//! audio, a block's annotations (its timestamp; the block within is searched as any other) and
+//! `_meta`, and every string and object key of the structured content and of the result's
+//! `_meta`. The blocks are walked by kberg-core's
 //! `Content::strings_mut`, whose match is exhaustive, so no kind of block is passed on
 //! unsearched. The bytes of images and audio are media, not text, and are left as sent. The reasons an upstream is unavailable (shown to agents in a
 //! refusal and to operators) go through [`scrub_text`] the same way, as does what its tool
-//! listing says of each tool (title, description, schemas: `scrub_spec`; a tool whose name
+//! listing says of each tool (title, description, schemas, `_meta`: `scrub_spec`; a tool whose name
 //! holds the value is not offered), and so does everything the
 //! upstream sends the calling agent while the call runs (`ScrubbingPeer`: its log messages,
 //! progress messages, and the questions it relays, such as an elicitation's text). This is a
@@ -76,12 +77,15 @@ pub fn scrub_output(out: &mut ToolOutput, secret: &str) -> bool {
     if let Some(v) = &mut out.structured {
         hit |= scrub_value(v, &parts);
     }
+    if let Some(meta) = &mut out.meta {
+        hit |= scrub_map(meta, &parts);
+    }
     hit
 }
 
 /// Replaces every occurrence of `secret` (and of each line of it, see `parts`) in what an
-/// upstream's tool listing says of a tool: its title, description, and input and output
-/// schemas (their strings and keys). Returns `None` when the tool's name holds it, which
+/// upstream's tool listing says of a tool: its title, description, input and output
+/// schemas and `_meta` (their strings and keys). Returns `None` when the tool's name holds it, which
 /// cannot be changed without breaking the call: such a tool is not offered. Else whether
 /// anything was replaced.
 pub(crate) fn scrub_spec(spec: &mut kberg_core::ToolSpec, secret: &str) -> Option<bool> {
@@ -98,7 +102,18 @@ pub(crate) fn scrub_spec(spec: &mut kberg_core::ToolSpec, secret: &str) -> Optio
     if let Some(schema) = &mut spec.output_schema {
         hit |= scrub_value(schema, &parts);
     }
+    hit |= scrub_map(&mut spec.meta, &parts);
     Some(hit)
+}
+
+/// [`scrub_value`] of an object held as a map (a `_meta`).
+fn scrub_map(map: &mut serde_json::Map<String, Value>, parts: &[&str]) -> bool {
+    let mut v = Value::Object(std::mem::take(map));
+    let hit = scrub_value(&mut v, parts);
+    if let Value::Object(scrubbed) = v {
+        *map = scrubbed;
+    }
+    hit
 }
 
 /// `text` with every occurrence of `secret` (and of each line of it, see `parts`) replaced
@@ -283,8 +298,10 @@ mod tests {
             Content::ResourceLink {
                 uri: "https://git.example/raw?token=s3cr3t".into(),
                 name: "s3cr3t.txt".into(),
+                title: Some("The s3cr3t".into()),
                 description: Some("as s3cr3t".into()),
                 mime_type: Some("text/s3cr3t".into()),
+                size: Some(6),
             },
             Content::Resource(ResourceContents::text(
                 "mem://s3cr3t",
@@ -308,8 +325,10 @@ mod tests {
             Content::ResourceLink {
                 uri: "https://git.example/raw?token=[redacted]".into(),
                 name: "[redacted].txt".into(),
+                title: Some("The [redacted]".into()),
                 description: Some("as [redacted]".into()),
                 mime_type: Some("text/[redacted]".into()),
+                size: Some(6),
             }
         );
         assert_eq!(
@@ -342,6 +361,32 @@ mod tests {
         assert!(!scrub_output(&mut out, "s3cr3t"));
     }
 
+    /// What an upstream says in a `_meta` (the result's, a block's, an embedded resource's)
+    /// reaches the agent's client as well, keys and strings alike.
+    #[test]
+    fn every_meta_of_a_result_is_scrubbed_too() {
+        let mut out = ToolOutput::contents(vec![
+            Content::text("ok").with_meta("seen", json!({"s3cr3t": ["by s3cr3t", 1]})),
+            Content::Resource(
+                ResourceContents::text("mem://a", None, "a")
+                    .meta("ui", json!({"domain": "s3cr3t"})),
+            ),
+        ])
+        .with_meta("token", json!("s3cr3t"));
+        assert!(scrub_output(&mut out, "s3cr3t"));
+        let shown = serde_json::to_string(&out).unwrap();
+        assert!(!shown.contains("s3cr3t"), "{shown}");
+        assert_eq!(
+            out.meta.clone().map(|m| Value::Object(*m)),
+            Some(json!({"token": "[redacted]"}))
+        );
+        assert_eq!(
+            out.content[0].meta(),
+            json!({"seen": {"[redacted]": ["by [redacted]", 1]}}).as_object()
+        );
+        assert!(!scrub_output(&mut out, "s3cr3t"));
+    }
+
     #[test]
     fn a_listed_spec_loses_the_secret_and_a_name_holding_it_is_withheld() {
         let mut spec = kberg_core::ToolSpec::new(
@@ -352,7 +397,15 @@ mod tests {
         );
         spec.title = Some("as s3cr3t".into());
         spec.output_schema = Some(json!({"description": "x s3cr3t"}));
+        spec.meta = json!({"ui": {"resourceUri": "ui://up/s3cr3t"}, "s3cr3t": 1})
+            .as_object()
+            .cloned()
+            .unwrap();
         assert_eq!(scrub_spec(&mut spec, "s3cr3t"), Some(true));
+        assert_eq!(
+            Value::Object(spec.meta.clone()),
+            json!({"ui": {"resourceUri": "ui://up/[redacted]"}, "[redacted]": 1})
+        );
         assert_eq!(spec.title.as_deref(), Some("as [redacted]"));
         assert_eq!(spec.description, "uses [redacted]");
         assert_eq!(

@@ -6,7 +6,11 @@
 //! `ev+demo://resource/static/document/x.md`). A scheme may contain `+`, so the result is still a
 //! valid URI; a namespace may not, so the part before the first `+` is always exactly the
 //! namespace and stripping `<namespace>+` gives back the upstream URI. Templates get the same
-//! prefix (`fs+file:///{path}`), so an expanded template maps back the same way.
+//! prefix (`fs+file:///{path}`), so an expanded template maps back the same way. An MCP App's
+//! view (`ui://clock/app.html`) is the exception: a host renders a view only from a `ui://`
+//! URI, so the namespace becomes the view's first part instead (`ui://up/clock/app.html`),
+//! which maps back as well because a namespace has no `/`. What an entry says in its `_meta`
+//! (a view's content security policy) passes on as it came.
 //!
 //! Reads are forwarded with the upstream's call timeout and the returned contents' URIs are
 //! namespaced again. Subscriptions are relayed: while a namespaced URI has at least one
@@ -15,6 +19,7 @@
 //! `notifications/resources/updated` becomes [`ResourceRegistry::notify_updated`] of the
 //! namespaced URI, so exactly its subscribers hear it.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -40,16 +45,42 @@ use super::error::UpstreamError;
 use super::forward::{forward, quoted, result_kind};
 use super::front::Upstream;
 
-/// The namespaced form of an upstream URI (or URI template): `<namespace>+<uri>`.
+/// The scheme of an MCP App's views: a host renders a view only from a `ui://` URI.
+const UI_SCHEME: &str = "ui://";
+
+/// The namespaced form of an upstream URI (or URI template): `<namespace>+<uri>`, except that
+/// an MCP App's view keeps its `ui://` scheme, which is the only one a host renders, with the
+/// namespace as its first part: `ui://clock/app.html` of namespace `up` is
+/// `ui://up/clock/app.html`.
+///
+/// ```
+/// use kberg_server::aggregate::{namespaced_uri, upstream_uri};
+/// assert_eq!(namespaced_uri("fs", "file:///tmp/a.txt"), "fs+file:///tmp/a.txt");
+/// assert_eq!(namespaced_uri("up", "ui://clock/app.html"), "ui://up/clock/app.html");
+/// assert_eq!(upstream_uri("up", "ui://up/clock/app.html").as_deref(), Some("ui://clock/app.html"));
+/// ```
 pub fn namespaced_uri(namespace: &str, uri: &str) -> String {
-    format!("{namespace}+{uri}")
+    match uri.strip_prefix(UI_SCHEME) {
+        Some(rest) => format!("{UI_SCHEME}{namespace}/{rest}"),
+        None => format!("{namespace}+{uri}"),
+    }
 }
 
-/// The upstream URI inside a namespaced one, if `uri` is `<namespace>+<something>`.
-pub fn upstream_uri<'a>(namespace: &str, uri: &'a str) -> Option<&'a str> {
+/// The upstream URI inside a namespaced one ([`namespaced_uri`]), if `uri` is
+/// `<namespace>+<something>` or `ui://<namespace>/<something>`.
+pub fn upstream_uri<'a>(namespace: &str, uri: &'a str) -> Option<Cow<'a, str>> {
+    if let Some(rest) = uri.strip_prefix(UI_SCHEME) {
+        return rest
+            .strip_prefix(namespace)?
+            .strip_prefix('/')
+            .filter(|rest| !rest.is_empty())
+            .map(|rest| Cow::Owned(format!("{UI_SCHEME}{rest}")));
+    }
+    // A view has one namespaced form, the `ui://` one.
     uri.strip_prefix(namespace)?
         .strip_prefix('+')
-        .filter(|rest| !rest.is_empty())
+        .filter(|rest| !rest.is_empty() && !rest.starts_with(UI_SCHEME))
+        .map(Cow::Borrowed)
 }
 
 /// Resource forwarding puts the namespace in front of a URI scheme, so it must be a valid
@@ -89,7 +120,7 @@ impl ResourceReader for ForwardedReader {
             });
         };
         let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(
-            ReadResourceRequestParams::new(remote),
+            ReadResourceRequestParams::new(remote.into_owned()),
         ));
         let failed = |message: String| ResourceError::ReadFailed {
             uri: uri.to_string(),
@@ -150,6 +181,14 @@ fn text(v: &Value, key: &str) -> Option<String> {
     v.get(key).and_then(Value::as_str).map(str::to_string)
 }
 
+/// An entry's `_meta` as it came (an MCP App's view has its content security policy there).
+fn meta(v: &Value) -> serde_json::Map<String, Value> {
+    v.get("_meta")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default()
+}
+
 fn descriptor_of(ns: &str, v: &Value) -> Option<ResourceDescriptor> {
     let uri = v.get("uri")?.as_str().filter(|u| !u.is_empty())?;
     let name = text(v, "name").unwrap_or_else(|| uri.to_string());
@@ -158,6 +197,7 @@ fn descriptor_of(ns: &str, v: &Value) -> Option<ResourceDescriptor> {
     d.description = text(v, "description");
     d.mime_type = text(v, "mimeType");
     d.size = v.get("size").and_then(Value::as_u64);
+    d.meta = meta(v);
     Some(d)
 }
 
@@ -168,6 +208,7 @@ fn template_of(ns: &str, v: &Value) -> Option<ResourceTemplate> {
     template.title = text(v, "title");
     template.description = text(v, "description");
     template.mime_type = text(v, "mimeType");
+    template.meta = meta(v);
     Some(template)
 }
 
@@ -353,7 +394,7 @@ pub(super) async fn sync_subscriptions(
         resources
             .subscribed_uris()
             .iter()
-            .filter_map(|u| upstream_uri(ns, u).map(str::to_string))
+            .filter_map(|u| upstream_uri(ns, u).map(Cow::into_owned))
             .collect()
     } else {
         BTreeSet::new()
@@ -415,16 +456,35 @@ mod tests {
             namespaced_uri("fs", "file:///tmp/a.txt"),
             "fs+file:///tmp/a.txt"
         );
+        let back = |ns: &str, uri: &str| upstream_uri(ns, uri).map(Cow::into_owned);
         assert_eq!(
-            upstream_uri("fs", "fs+file:///tmp/a.txt"),
+            back("fs", "fs+file:///tmp/a.txt").as_deref(),
             Some("file:///tmp/a.txt")
         );
         // An upstream URI that itself has a `+` scheme stays whole.
-        assert_eq!(upstream_uri("fs", "fs+ev+x://y"), Some("ev+x://y"));
-        assert_eq!(upstream_uri("fs", "file:///tmp/a.txt"), None);
-        assert_eq!(upstream_uri("fs", "fsx+file:///a"), None);
-        assert_eq!(upstream_uri("fs", "fs+"), None);
-        assert_eq!(upstream_uri("fs", "f+s+file:///a"), None);
+        assert_eq!(back("fs", "fs+ev+x://y").as_deref(), Some("ev+x://y"));
+        assert_eq!(back("fs", "file:///tmp/a.txt"), None);
+        assert_eq!(back("fs", "fsx+file:///a"), None);
+        assert_eq!(back("fs", "fs+"), None);
+        assert_eq!(back("fs", "f+s+file:///a"), None);
+        // A view keeps its scheme; the namespace is its first part, and only a whole one.
+        assert_eq!(namespaced_uri("up", "ui://a/b.html"), "ui://up/a/b.html");
+        assert_eq!(namespaced_uri("up", "ui://{name}"), "ui://up/{name}");
+        assert_eq!(
+            back("up", "ui://up/a/b.html").as_deref(),
+            Some("ui://a/b.html")
+        );
+        for foreign in [
+            "ui://upx/a",
+            "ui://u/p/a",
+            "ui://up/",
+            "ui://up",
+            "up+ui://a",
+            "ui:/up/a",
+        ] {
+            assert_eq!(back("up", foreign), None, "{foreign}");
+        }
+        assert_eq!(back("up.b", "ui://up/a"), None);
     }
 
     #[test]

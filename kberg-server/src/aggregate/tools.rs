@@ -88,6 +88,9 @@ pub(super) async fn sync_tools(
             spec.hints.idempotent_hint = a.idempotent_hint;
             spec.hints.open_world_hint = a.open_world_hint;
         }
+        if let Some(meta) = &t.meta {
+            spec.meta = tool_meta(up, meta.0.clone());
+        }
         remote_of.insert(name.clone(), remote);
         wanted.insert(name, spec);
     }
@@ -388,7 +391,38 @@ pub(super) fn to_output(up: &Upstream, r: CallToolResult) -> ToolOutput {
         content,
         structured: r.structured_content,
         is_error: r.is_error.unwrap_or(false),
+        meta: r.meta.map(|m| Box::new(m.0)),
     }
+}
+
+/// The keys of a tool's `_meta` that name the view an MCP App shows for it: MCP Apps'
+/// `ui.resourceUri`, its older flat form `ui/resourceUri`, and the ChatGPT apps'
+/// `openai/outputTemplate`.
+const VIEW_KEYS: [&str; 2] = ["ui/resourceUri", "openai/outputTemplate"];
+
+/// An upstream tool's `_meta` as the aggregator's clients see it: as it came, except that when
+/// the upstream's resources are forwarded, the view it names is the forwarded view's URI, the
+/// one a host reads it by through the aggregator ([`namespaced_uri`]), and that an upstream
+/// Kberg server's `kberg/capability` is dropped: what the aggregator's own gate asks of a
+/// forwarded call is its write rules', which kberg-server adds again.
+fn tool_meta(
+    up: &Upstream,
+    mut meta: serde_json::Map<String, Value>,
+) -> serde_json::Map<String, Value> {
+    meta.remove(crate::convert::CAPABILITY_META);
+    if up.resources.is_some() {
+        for (key, value) in meta.iter_mut() {
+            let view = match key.as_str() {
+                "ui" => value.get_mut("resourceUri"),
+                k if VIEW_KEYS.contains(&k) => Some(value),
+                _ => None,
+            };
+            if let Some(Value::String(uri)) = view {
+                *uri = namespaced_uri(up.namespace(), uri);
+            }
+        }
+    }
+    meta
 }
 
 /// A content block an upstream sent (in a tool result or a prompt message) as the
