@@ -661,6 +661,7 @@ impl ToolSurface for McpSurface {
             .map_err(|e| scrub_surface_error(&self.credentials, e))?;
         let defs: Vec<ToolDefinition> = tools
             .into_iter()
+            .filter(|t| crate::surface::for_the_model(t.meta.as_ref().map(|m| &m.0)))
             .map(|t| {
                 // MCP's default for `readOnlyHint` is false: a tool that says nothing may write.
                 let read_only = t

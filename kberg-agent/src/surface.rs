@@ -397,6 +397,20 @@ fn progress_token() -> String {
     format!("kberg-agent-{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
+/// Whether a tool with this `_meta` is for the model: not when it is an MCP App's tool whose
+/// `ui.visibility` leaves out `model` (a tool only the app's view calls, such as a refresh).
+/// MCP Apps asks hosts not to give the model such a tool; a visibility that is not a list of
+/// names is read as the default, for both.
+pub(crate) fn for_the_model(meta: Option<&serde_json::Map<String, Value>>) -> bool {
+    match meta
+        .and_then(|m| m.get("ui"))
+        .and_then(|ui| ui.get("visibility"))
+    {
+        Some(Value::Array(who)) => who.iter().any(|w| w == "model"),
+        _ => true,
+    }
+}
+
 #[async_trait]
 impl ToolSurface for LocalSurface {
     async fn tools(&self) -> Result<Vec<ToolDefinition>, SurfaceError> {
@@ -404,6 +418,7 @@ impl ToolSurface for LocalSurface {
             .registry
             .list(&self.caller)
             .into_iter()
+            .filter(|s| for_the_model(Some(&s.meta)))
             .map(|s| {
                 let read_only = s.hints().read_only_hint.unwrap_or(false);
                 ToolDefinition::new(s.name, s.description, s.input_schema).read_only(read_only)

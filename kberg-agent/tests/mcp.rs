@@ -1610,3 +1610,45 @@ async fn a_restarted_server_is_served_again_by_the_same_surface() {
             .any(|t| t.name == "add_note")
     );
 }
+
+/// MCP Apps: a tool whose `_meta.ui.visibility` leaves out `model` is for the app's view only,
+/// and a host does not give it to the model. Both surfaces leave it out of the tools they list
+/// (a call the model writes to it is then answered as a call to an unlisted tool, never sent),
+/// and the app can still call it through the surface.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_for_the_apps_view_only_is_not_offered_to_the_model() {
+    let tools = ToolRegistry::new();
+    for (name, visibility) in [
+        ("refresh", json!(["app"])),
+        ("clock", json!(["model", "app"])),
+        ("ask", json!(["model"])),
+    ] {
+        tools
+            .register(
+                ToolBuilder::new(name)
+                    .meta(
+                        "ui",
+                        json!({"resourceUri": "ui://clock/app.html", "visibility": visibility}),
+                    )
+                    .sync_handler(move |_: Value, _| Ok(ToolOutput::text(name))),
+            )
+            .unwrap();
+    }
+    let (_server, surfaces) = in_process_and_over_http(tools).await;
+    for surface in surfaces {
+        let mut offered: Vec<String> = surface
+            .tools()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|d| d.name)
+            .collect();
+        offered.sort();
+        assert_eq!(offered, ["ask", "clock"]);
+        let r = surface
+            .call("refresh", json!({}), CancellationToken::new())
+            .await
+            .unwrap();
+        assert_eq!((r.is_error, r.text.as_str()), (false, "refresh"));
+    }
+}
