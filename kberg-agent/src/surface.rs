@@ -157,13 +157,29 @@ impl Shown {
             } else {
                 "blocks"
             };
-            model.push_str(&format!(
-                "[{} {blocks} for the user only, not shown to you]",
-                self.withheld
-            ));
+            model.push_str(&format!("[{} {blocks}{WITHHELD_TAIL}", self.withheld));
         }
         (model, self.user)
     }
+}
+
+/// How the line that counts the blocks for the user only ends ([`Shown::texts`]).
+const WITHHELD_TAIL: &str = " for the user only, not shown to you]";
+
+/// Where the line counting the blocks for the user only starts in a result's `text`, when
+/// that is its last line (the line break before it included): a result cut to a bound keeps
+/// that line after the cut.
+pub(crate) fn withheld_line_at(text: &str) -> Option<usize> {
+    let start = text.rfind('\n').unwrap_or(0);
+    let counted = text[start..]
+        .trim_start_matches('\n')
+        .strip_prefix('[')?
+        .strip_suffix(WITHHELD_TAIL)?;
+    let count = counted
+        .strip_suffix(" blocks")
+        .or_else(|| counted.strip_suffix(" block"))?;
+    (!count.is_empty() && count.len() <= 20 && count.bytes().all(|b| b.is_ascii_digit()))
+        .then_some(start)
 }
 
 /// Tool result blocks as the text a model reads, one block after another on their own lines,
@@ -487,6 +503,30 @@ mod tests {
     use super::*;
     use kberg_core::GateError;
     use serde_json::json;
+
+    #[test]
+    fn only_the_counting_line_is_found() {
+        assert_eq!(
+            withheld_line_at("a\n[1 block for the user only, not shown to you]"),
+            Some(1)
+        );
+        assert_eq!(
+            withheld_line_at("[12 blocks for the user only, not shown to you]"),
+            Some(0)
+        );
+        for not_it in [
+            "a",
+            "a\n[x blocks for the user only, not shown to you]",
+            "a\n[ blocks for the user only, not shown to you]",
+            "[1 block for the user only, not shown to you] and more",
+            &format!(
+                "[{} blocks for the user only, not shown to you]",
+                "9".repeat(30)
+            ),
+        ] {
+            assert_eq!(withheld_line_at(not_it), None, "{not_it}");
+        }
+    }
 
     #[test]
     fn text_types_are_told_from_binary_ones() {

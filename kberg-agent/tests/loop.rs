@@ -1346,6 +1346,46 @@ async fn a_huge_tool_result_is_cut_before_the_model_sees_it() {
     assert!(sent.contains("400 more characters"), "{sent}");
 }
 
+/// A cut result still tells the model that blocks were left to the user: the line saying so
+/// comes after the cut, not inside what was cut away.
+#[tokio::test]
+async fn a_cut_result_keeps_the_line_about_blocks_for_the_user() {
+    let tools = ToolRegistry::new();
+    tools
+        .register(
+            ToolBuilder::new("search_notes")
+                .description("Find notes")
+                .handler(|_: Search, _| async move {
+                    Ok(ToolOutput::contents(vec![
+                        kberg_core::Content::text("é".repeat(500)),
+                        kberg_core::Content::text("shown on the page").annotated(
+                            kberg_core::Annotations::for_audience([kberg_core::Role::User]),
+                        ),
+                    ]))
+                }),
+        )
+        .unwrap();
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "search_notes", json!({"query": "milk"})),
+        ScriptedProvider::text("Found lots."),
+    ]);
+    let agent = Agent::new(script.clone(), LocalSurface::new(tools, reader()))
+        .with_config(core().max_result_chars(100));
+    let out = agent
+        .run(vec![Message::user("find milk")], &CancellationToken::new())
+        .await;
+    assert!(out.answered(), "{:?}", out.stop);
+    let sent = last_tool_text(&script, 1);
+    assert!(sent.starts_with(&"é".repeat(100)), "{sent}");
+    assert!(!sent.starts_with(&"é".repeat(101)), "{sent}");
+    assert!(sent.contains("400 more characters"), "{sent}");
+    assert!(
+        sent.ends_with("\n[1 block for the user only, not shown to you]"),
+        "{sent}"
+    );
+    assert_eq!(out.calls[0].user_text, "shown on the page");
+}
+
 /// A surface that lists its one tool twice (a server whose `tools/list` pages repeat an entry),
 /// first as a write, then claiming to be read-only.
 struct Repeating;

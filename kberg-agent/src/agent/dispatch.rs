@@ -555,13 +555,16 @@ impl Run<'_> {
 
 /// `result` with its text cut at `limit` characters ([`crate::AgentConfig::max_result_chars`]),
 /// saying how much was left out: a tool's answer of megabytes would be sent again with every
-/// later turn.
+/// later turn. The line saying that blocks were left to the user stays at the end.
 fn bounded(mut result: ToolResult, limit: usize) -> ToolResult {
-    if let Some((cut, _)) = result.text.char_indices().nth(limit) {
-        let more = result.text[cut..].chars().count();
+    let end = crate::surface::withheld_line_at(&result.text).unwrap_or(result.text.len());
+    if let Some((cut, _)) = result.text[..end].char_indices().nth(limit) {
+        let more = result.text[cut..end].chars().count();
         tracing::debug!(limit, more, "a tool result was cut");
+        let withheld = result.text.split_off(end);
         result.text.truncate(cut);
         result.text.push_str(&nudge::result_cut(more));
+        result.text.push_str(&withheld);
     }
     result
 }
