@@ -571,6 +571,7 @@ mod tests {
                 description: Some("  ".into()),
                 mime_type: None,
                 size: None,
+                icons: vec![],
             },
         ]);
         let (text, user) = text.texts(None);

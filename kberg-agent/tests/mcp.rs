@@ -787,6 +787,7 @@ async fn embedded_resources_read_alike_in_process_and_over_http() {
                             description: Some("How to build".into()),
                             mime_type: Some("text/markdown".into()),
                             size: None,
+                            icons: vec![],
                         },
                     ]))
                 }),

@@ -78,6 +78,104 @@ impl ResourceContents {
     }
 }
 
+/// An icon a client may show for a tool, a resource, a template, a prompt or a resource link
+/// (MCP's `Icon`). Clients fetch `src` themselves (an `https:` URL or a `data:` URI).
+///
+/// ```
+/// use kberg_core::{Icon, IconTheme};
+/// let icon = Icon::new("https://example.com/clock.svg")
+///     .with_mime_type("image/svg+xml")
+///     .with_sizes(["any"])
+///     .with_theme(IconTheme::Dark);
+/// assert_eq!(
+///     serde_json::to_value(&icon).unwrap(),
+///     serde_json::json!({"src": "https://example.com/clock.svg", "mimeType": "image/svg+xml",
+///                        "sizes": ["any"], "theme": "dark"})
+/// );
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct Icon {
+    /// Where the icon is: a URL or a `data:` URI.
+    pub src: String,
+    /// Its MIME type, when the server's is missing or generic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+    /// The sizes it comes in (`48x48`, or `any` for a scalable one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sizes: Option<Vec<String>>,
+    /// The theme it is drawn for; none: any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub theme: Option<IconTheme>,
+}
+
+impl Icon {
+    /// An icon at `src`.
+    pub fn new(src: impl Into<String>) -> Self {
+        Self {
+            src: src.into(),
+            mime_type: None,
+            sizes: None,
+            theme: None,
+        }
+    }
+
+    /// With its MIME type.
+    pub fn with_mime_type(mut self, mime: impl Into<String>) -> Self {
+        self.mime_type = Some(mime.into());
+        self
+    }
+
+    /// With the sizes it comes in.
+    pub fn with_sizes(mut self, sizes: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.sizes = Some(sizes.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// With the theme it is drawn for.
+    pub fn with_theme(mut self, theme: IconTheme) -> Self {
+        self.theme = Some(theme);
+        self
+    }
+
+    /// The icons of an entry's `icons` field as a peer sent it: each that is not an icon of
+    /// this protocol revision (no `src`, an unknown theme) is left out, rather than failing
+    /// the whole entry it belongs to.
+    pub fn read_all(icons: Option<&Value>) -> Vec<Icon> {
+        icons
+            .and_then(Value::as_array)
+            .map(|all| {
+                all.iter()
+                    .filter_map(|i| Icon::deserialize(i).ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Hands each of its strings to `text`, to change in place (a scrubber's walk).
+    pub fn strings_mut(&mut self, text: &mut dyn FnMut(&mut String)) {
+        text(&mut self.src);
+        if let Some(m) = self.mime_type.as_mut() {
+            text(m);
+        }
+        for s in self.sizes.iter_mut().flatten() {
+            text(s);
+        }
+    }
+}
+
+/// The theme an [`Icon`] is drawn for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum IconTheme {
+    /// For a light background.
+    Light,
+    /// For a dark background.
+    Dark,
+}
+
 /// Who says a prompt message, or who a content block is for ([`Annotations::audience`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -174,6 +272,8 @@ pub enum Content {
         mime_type: Option<String>,
         /// Its size in bytes, if known.
         size: Option<u64>,
+        /// Icons a client may show for it.
+        icons: Vec<Icon>,
     },
     /// A resource's contents embedded in the result.
     Resource(ResourceContents),
@@ -207,6 +307,7 @@ impl Content {
             description: None,
             mime_type: None,
             size: None,
+            icons: Vec::new(),
         }
     }
 
@@ -305,7 +406,7 @@ impl Content {
     }
 
     /// Hands every string of the block to `text` (its text, a link's URI, name, title,
-    /// description and MIME type, a resource's URI, MIME type and text, annotations' timestamp,
+    /// description, MIME type and icons, a resource's URI, MIME type and text, annotations' timestamp,
     /// and every key and string value of a `_meta`, the block's or its resource's) and a
     /// resource's bytes to `bytes`, to change them in place; an image's or audio clip's bytes
     /// are not handed on (they are media, not text). For a scrubber that must reach everything
@@ -320,6 +421,7 @@ impl Content {
     ///     description: None,
     ///     mime_type: None,
     ///     size: None,
+    ///     icons: vec![],
     /// }
     /// .with_meta("seen", serde_json::json!({"s3cret": ["at s3cret"]}));
     /// link.strings_mut(&mut |s| *s = s.replace("s3cret", "***"), &mut |_| {});
@@ -342,7 +444,11 @@ impl Content {
                 description,
                 mime_type,
                 size: _,
+                icons,
             } => {
+                for icon in icons {
+                    icon.strings_mut(text);
+                }
                 for s in [
                     Some(uri),
                     Some(name),
@@ -451,6 +557,8 @@ enum ContentWire<'a> {
         mime_type: Option<Cow<'a, str>>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         size: Option<u64>,
+        #[serde(default, skip_serializing_if = "<[Icon]>::is_empty")]
+        icons: Cow<'a, [Icon]>,
         #[serde(flatten)]
         extras: Extras<'a>,
     },
@@ -507,6 +615,7 @@ impl<'a> From<&'a Content> for ContentWire<'a> {
                 description,
                 mime_type,
                 size,
+                icons,
             } => ContentWire::ResourceLink {
                 uri: uri.into(),
                 name: name.into(),
@@ -514,6 +623,7 @@ impl<'a> From<&'a Content> for ContentWire<'a> {
                 description: description.as_deref().map(Cow::Borrowed),
                 mime_type: mime_type.as_deref().map(Cow::Borrowed),
                 size: *size,
+                icons: Cow::Borrowed(icons),
                 extras: Extras::default(),
             },
             Content::Resource(r) => ContentWire::Resource {
@@ -556,6 +666,7 @@ impl From<ContentWire<'_>> for Content {
                 description,
                 mime_type,
                 size,
+                icons,
                 ..
             } => Content::ResourceLink {
                 uri: uri.into_owned(),
@@ -564,6 +675,7 @@ impl From<ContentWire<'_>> for Content {
                 description: description.map(Cow::into_owned),
                 mime_type: mime_type.map(Cow::into_owned),
                 size,
+                icons: icons.into_owned(),
             },
             ContentWire::Resource { resource, .. } => Content::Resource(resource.into_owned()),
         };
@@ -740,6 +852,7 @@ mod tests {
                     description: None,
                     mime_type: Some("text/plain".into()),
                     size: None,
+                    icons: vec![],
                 },
                 Content::Resource(ResourceContents::blob("app://b", None, vec![9, 8])),
                 Content::Resource(
@@ -854,7 +967,8 @@ mod tests {
             {"type": "text", "text": "for you", "annotations": {"audience": ["user"]},
              "_meta": {"k": "v"}},
             {"type": "resource_link", "uri": "ui://clock/app.html", "name": "app",
-             "title": "The clock", "size": 18},
+             "title": "The clock", "size": 18,
+             "icons": [{"src": "data:image/png;base64,AA==", "sizes": ["16x16"], "theme": "light"}]},
             {"type": "resource", "resource": {"uri": "u", "text": "t", "_meta": {"ui": {}}}}
         ], "isError": false});
         let out = output_from_json(&v).unwrap();
@@ -874,6 +988,11 @@ mod tests {
                 description: None,
                 mime_type: None,
                 size: Some(18),
+                icons: vec![
+                    Icon::new("data:image/png;base64,AA==")
+                        .with_sizes(["16x16"])
+                        .with_theme(IconTheme::Light)
+                ],
             }
         );
         assert_eq!(output_to_json(&out), v);

@@ -128,8 +128,8 @@ pub use confirm::{
     TicketDesk, TicketError, TicketOutcome, TicketStatus, TicketStore, mark_interrupted,
 };
 pub use content::{
-    Annotations, Content, ResourceBody, ResourceContents, Role, ToolOutput, output_from_json,
-    output_to_json,
+    Annotations, Content, Icon, IconTheme, ResourceBody, ResourceContents, Role, ToolOutput,
+    output_from_json, output_to_json,
 };
 pub use context::{CallOptions, ClientPeer, PeerError, ToolContext};
 pub use digest::{REDACTED, argument_digest, canonical_json, redact};

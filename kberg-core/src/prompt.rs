@@ -111,6 +111,8 @@ pub struct PromptSpec {
     pub description: Option<String>,
     /// Declared arguments.
     pub arguments: Vec<PromptArgument>,
+    /// Icons a client may show for it.
+    pub icons: Vec<crate::content::Icon>,
 }
 
 impl PromptSpec {
@@ -132,6 +134,12 @@ impl PromptSpec {
     /// Sets the title.
     pub fn title(mut self, t: impl Into<String>) -> Self {
         self.title = Some(t.into());
+        self
+    }
+
+    /// Adds an icon a client may show for it.
+    pub fn icon(mut self, icon: crate::content::Icon) -> Self {
+        self.icons.push(icon);
         self
     }
 }

@@ -118,6 +118,8 @@ pub struct ResourceDescriptor {
     /// Its `_meta` as clients are told it (MCP Apps' `ui` of a view: its content security
     /// policy, its border); empty for none.
     pub meta: serde_json::Map<String, serde_json::Value>,
+    /// Icons a client may show for it.
+    pub icons: Vec<crate::content::Icon>,
 }
 
 impl ResourceDescriptor {
@@ -159,6 +161,12 @@ impl ResourceDescriptor {
         self.meta.insert(key.into(), value);
         self
     }
+
+    /// Adds an icon a client may show for it.
+    pub fn icon(mut self, icon: crate::content::Icon) -> Self {
+        self.icons.push(icon);
+        self
+    }
 }
 
 /// What a client is told about a URI template.
@@ -177,6 +185,8 @@ pub struct ResourceTemplate {
     pub mime_type: Option<String>,
     /// Its `_meta` as clients are told it; empty for none.
     pub meta: serde_json::Map<String, serde_json::Value>,
+    /// Icons a client may show for it.
+    pub icons: Vec<crate::content::Icon>,
 }
 
 impl ResourceTemplate {
@@ -204,6 +214,12 @@ impl ResourceTemplate {
     /// Sets one key of its `_meta` (replacing what it held).
     pub fn meta(mut self, key: impl Into<String>, value: serde_json::Value) -> Self {
         self.meta.insert(key.into(), value);
+        self
+    }
+
+    /// Adds an icon a client may show for it.
+    pub fn icon(mut self, icon: crate::content::Icon) -> Self {
+        self.icons.push(icon);
         self
     }
 }

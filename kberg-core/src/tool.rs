@@ -108,6 +108,8 @@ pub struct ToolSpec {
     /// Empty for none. kberg-server adds its own `kberg/capability` to a Write tool's. Set by
     /// [`ToolBuilder::meta`].
     pub meta: serde_json::Map<String, Value>,
+    /// Icons a client may show for the tool. Set by [`ToolBuilder::icon`].
+    pub icons: Vec<crate::content::Icon>,
 }
 
 /// Whether a tool may run as a task: a call that answers at once with a task id while the tool
@@ -148,6 +150,7 @@ impl ToolSpec {
             task_support: TaskSupport::Forbidden,
             task_after_input: false,
             meta: serde_json::Map::new(),
+            icons: Vec::new(),
         }
     }
 
@@ -445,6 +448,12 @@ impl ToolBuilder {
     /// ```
     pub fn meta(mut self, key: impl Into<String>, value: Value) -> Self {
         self.spec.meta.insert(key.into(), value);
+        self
+    }
+
+    /// Adds an icon a client may show for the tool.
+    pub fn icon(mut self, icon: crate::content::Icon) -> Self {
+        self.spec.icons.push(icon);
         self
     }
 

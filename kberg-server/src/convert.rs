@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use kberg_core::{
-    Content, PromptMessage, PromptResult, PromptSpec, Refusal, ResourceContents,
+    Content, Icon, PromptMessage, PromptResult, PromptSpec, Refusal, ResourceContents,
     ResourceDescriptor, ResourceTemplate, Role, ToolKind, ToolOutput, ToolSpec,
 };
 use rmcp::ErrorData as McpError;
@@ -70,7 +70,25 @@ pub(crate) fn tool(spec: &ToolSpec) -> m::Tool {
     if !meta.is_empty() {
         t.meta = Some(m::MetaObject(meta));
     }
+    if !spec.icons.is_empty() {
+        t.icons = Some(spec.icons.iter().filter_map(icon).collect());
+    }
     t
+}
+
+/// An icon in rmcp's type, through MCP's JSON shape (kberg-core's derive); an icon rmcp
+/// cannot hold (a theme it does not know) is left out.
+fn icon(i: &Icon) -> Option<m::Icon> {
+    serde_json::to_value(i)
+        .and_then(serde_json::from_value)
+        .ok()
+}
+
+/// Icons in their JSON shape, as a listing entry's `icons` (none: no field).
+fn with_icons(v: &mut Value, icons: &[Icon]) {
+    if !icons.is_empty() {
+        v["icons"] = serde_json::to_value(icons).unwrap_or(Value::Null);
+    }
 }
 
 /// A content block in its MCP JSON shape: kberg-core's one serde codec for content.
@@ -137,6 +155,7 @@ fn descriptor_json(d: &ResourceDescriptor) -> Value {
     if !d.meta.is_empty() {
         v["_meta"] = Value::Object(d.meta.clone());
     }
+    with_icons(&mut v, &d.icons);
     v
 }
 
@@ -154,6 +173,7 @@ fn template_json(t: &ResourceTemplate) -> Value {
     if !t.meta.is_empty() {
         v["_meta"] = Value::Object(t.meta.clone());
     }
+    with_icons(&mut v, &t.icons);
     v
 }
 
@@ -215,6 +235,7 @@ fn prompt_json(p: &PromptSpec) -> Value {
                 .collect(),
         );
     }
+    with_icons(&mut v, &p.icons);
     v
 }
 
@@ -273,6 +294,7 @@ mod tests {
                 description: Some("first".into()),
                 mime_type: None,
                 size: None,
+                icons: vec![],
             },
             Content::Resource(ResourceContents::blob(
                 "notes://2",

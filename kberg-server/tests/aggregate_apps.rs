@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use kberg_core::{
-    Principal, ResourceContents, ResourceDescriptor, ResourceRegistry, Tool as _, ToolBuilder,
-    ToolOutput, ToolRegistry, reader_fn,
+    Icon, IconTheme, Principal, PromptRegistry, ResourceContents, ResourceDescriptor,
+    ResourceRegistry, Tool as _, ToolBuilder, ToolOutput, ToolRegistry, reader_fn,
 };
 use kberg_server::aggregate::{
     Aggregator, AggregatorConfig, Forward, UpstreamConfig, UpstreamTransport,
@@ -27,11 +27,30 @@ use serde_json::{Value, json};
 const WAIT: Duration = Duration::from_secs(30);
 const MIME: &str = "text/html;profile=mcp-app";
 
-async fn serve(tools: ToolRegistry, resources: ResourceRegistry) -> (String, StopOnDrop) {
+fn icons() -> Value {
+    json!([{"src": "https://icons.example/clock.svg", "mimeType": "image/svg+xml",
+            "sizes": ["any"], "theme": "dark"}])
+}
+
+/// The `icons` of the entry whose `key` is `name` in a listing's JSON.
+fn icons_of(listed: &Value, key: &str, name: &str) -> Value {
+    listed
+        .as_array()
+        .and_then(|all| all.iter().find(|e| e[key] == name))
+        .map(|e| e["icons"].clone())
+        .unwrap_or_else(|| panic!("{name} is listed: {listed}"))
+}
+
+async fn serve(
+    tools: ToolRegistry,
+    resources: ResourceRegistry,
+    prompts: PromptRegistry,
+) -> (String, StopOnDrop) {
     let server = RunningServer::start(
         McpApp::builder("apps", "1")
             .tools(tools)
             .resources(resources)
+            .prompts(prompts)
             .build(),
         loopback().auth(BearerTokens::new().with_token("agent-token", Principal::new("agent"))),
     )
@@ -84,6 +103,12 @@ async fn a_kberg_app_serves_an_mcp_app_with_every_meta() {
     let tools = ToolRegistry::new();
     let clock = ToolBuilder::new("clock")
         .meta("ui", json!({"resourceUri": "ui://clock/app.html"}))
+        .icon(
+            Icon::new("https://icons.example/clock.svg")
+                .with_mime_type("image/svg+xml")
+                .with_sizes(["any"])
+                .with_theme(IconTheme::Dark),
+        )
         .sync_handler(|_: Value, _| {
             Ok(ToolOutput::json(&json!({"time": "12:00"}))?.with_meta("example.com/at", json!(1)))
         });
@@ -108,13 +133,15 @@ async fn a_kberg_app_serves_an_mcp_app_with_every_meta() {
             }),
         )
         .unwrap();
-    let (url, _server) = serve(tools, resources).await;
+    let (url, _server) = serve(tools, resources, PromptRegistry::new()).await;
     let c = client(&url).await;
 
     assert_eq!(
         meta_of(&listed(&c, "clock").await),
         json!({"ui": {"resourceUri": "ui://clock/app.html"}})
     );
+    let all_tools = serde_json::to_value(c.list_all_tools().await.unwrap()).unwrap();
+    assert_eq!(icons_of(&all_tools, "name", "clock"), icons());
     let listed = serde_json::to_value(c.list_all_resources().await.unwrap()).unwrap();
     assert_eq!(
         listed[0]["_meta"],
@@ -145,10 +172,13 @@ async fn an_mcp_app_behind_the_aggregator_keeps_its_view() {
     ));
     let tools = ToolRegistry::new();
     let resources = ResourceRegistry::new();
+    let prompts = PromptRegistry::new();
     let agg = Aggregator::start_with(
         config,
         tools.clone(),
-        Forward::new().resources(resources.clone()),
+        Forward::new()
+            .resources(resources.clone())
+            .prompts(prompts.clone()),
     )
     .expect("valid");
     assert!(
@@ -156,7 +186,7 @@ async fn an_mcp_app_behind_the_aggregator_keeps_its_view() {
         "{:?}",
         agg.status("up")
     );
-    let (url, _server) = serve(tools, resources).await;
+    let (url, _server) = serve(tools, resources, prompts).await;
     let c = client(&url).await;
 
     // The view keeps the `ui://` scheme (a host renders no other), under the namespace.
@@ -192,6 +222,19 @@ async fn an_mcp_app_behind_the_aggregator_keeps_its_view() {
     assert_eq!(first["text"], "<html>clock</html>");
     assert_eq!(first["_meta"], view_meta, "{contents}");
 
+    // Icons, where the upstream gave them.
+    let all_tools = serde_json::to_value(c.list_all_tools().await.unwrap()).unwrap();
+    assert_eq!(icons_of(&all_tools, "name", "up__clock"), icons());
+    let all_resources = serde_json::to_value(c.list_all_resources().await.unwrap()).unwrap();
+    assert_eq!(icons_of(&all_resources, "uri", "up+res://logo"), icons());
+    let templates = serde_json::to_value(c.list_all_resource_templates().await.unwrap()).unwrap();
+    assert_eq!(
+        icons_of(&templates, "uriTemplate", "up+res://logo/{size}"),
+        icons()
+    );
+    let all_prompts = serde_json::to_value(c.list_all_prompts().await.unwrap()).unwrap();
+    assert_eq!(icons_of(&all_prompts, "name", "up__greet"), icons());
+
     let result = call(&c, "up__clock").await;
     assert_eq!(
         result["_meta"],
@@ -206,7 +249,8 @@ async fn an_mcp_app_behind_the_aggregator_keeps_its_view() {
     );
     assert_eq!(
         result["content"][1],
-        json!({"type": "resource_link", "uri": view, "name": "app", "title": "The clock", "size": 18}),
+        json!({"type": "resource_link", "uri": view, "name": "app", "title": "The clock", "size": 18,
+               "icons": icons()}),
         "{result}"
     );
     assert_eq!(

@@ -4,7 +4,7 @@
 //! token they rejected (Gitea: `access token does not exist [sha: <the token>]`). The gateway
 //! knows the exact value it injected into the connection, so before a result reaches an agent
 //! every text it carries is searched for it and the value replaced with `[redacted]`: text
-//! blocks, resource links (URI, name, title, description, MIME type), embedded resources
+//! blocks, resource links (URI, name, title, description, MIME type, icons), embedded resources
 //! (URI, MIME type, text, the bytes of a blob, and its `_meta`), the MIME type of images and
 //! audio, a block's annotations (its timestamp; the block within is searched as any other) and
 //! `_meta`, and every string and object key of the structured content and of the result's
@@ -12,7 +12,7 @@
 //! `Content::strings_mut`, whose match is exhaustive, so no kind of block is passed on
 //! unsearched. The bytes of images and audio are media, not text, and are left as sent. The reasons an upstream is unavailable (shown to agents in a
 //! refusal and to operators) go through [`scrub_text`] the same way, as does what its tool
-//! listing says of each tool (title, description, schemas, `_meta`: `scrub_spec`; a tool whose name
+//! listing says of each tool (title, description, schemas, `_meta`, icons: `scrub_spec`; a tool whose name
 //! holds the value is not offered), and so does everything the
 //! upstream sends the calling agent while the call runs (`ScrubbingPeer`: its log messages,
 //! progress messages, and the questions it relays, such as an elicitation's text). This is a
@@ -85,7 +85,7 @@ pub fn scrub_output(out: &mut ToolOutput, secret: &str) -> bool {
 
 /// Replaces every occurrence of `secret` (and of each line of it, see `parts`) in what an
 /// upstream's tool listing says of a tool: its title, description, input and output
-/// schemas and `_meta` (their strings and keys). Returns `None` when the tool's name holds it, which
+/// schemas and `_meta` (their strings and keys), and its icons. Returns `None` when the tool's name holds it, which
 /// cannot be changed without breaking the call: such a tool is not offered. Else whether
 /// anything was replaced.
 pub(crate) fn scrub_spec(spec: &mut kberg_core::ToolSpec, secret: &str) -> Option<bool> {
@@ -103,6 +103,9 @@ pub(crate) fn scrub_spec(spec: &mut kberg_core::ToolSpec, secret: &str) -> Optio
         hit |= scrub_value(schema, &parts);
     }
     hit |= scrub_map(&mut spec.meta, &parts);
+    for icon in &mut spec.icons {
+        icon.strings_mut(&mut |s| hit |= scrub_string(s, &parts));
+    }
     Some(hit)
 }
 
@@ -302,6 +305,7 @@ mod tests {
                 description: Some("as s3cr3t".into()),
                 mime_type: Some("text/s3cr3t".into()),
                 size: Some(6),
+                icons: vec![kberg_core::Icon::new("https://icons.example/?t=s3cr3t")],
             },
             Content::Resource(ResourceContents::text(
                 "mem://s3cr3t",
@@ -329,6 +333,7 @@ mod tests {
                 description: Some("as [redacted]".into()),
                 mime_type: Some("text/[redacted]".into()),
                 size: Some(6),
+                icons: vec![kberg_core::Icon::new("https://icons.example/?t=[redacted]")],
             }
         );
         assert_eq!(
@@ -401,7 +406,9 @@ mod tests {
             .as_object()
             .cloned()
             .unwrap();
+        spec.icons = vec![kberg_core::Icon::new("https://icons.example/?t=s3cr3t")];
         assert_eq!(scrub_spec(&mut spec, "s3cr3t"), Some(true));
+        assert_eq!(spec.icons[0].src, "https://icons.example/?t=[redacted]");
         assert_eq!(
             Value::Object(spec.meta.clone()),
             json!({"ui": {"resourceUri": "ui://up/[redacted]"}, "[redacted]": 1})

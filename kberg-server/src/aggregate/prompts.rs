@@ -56,6 +56,7 @@ pub(super) async fn sync_prompts(
         let mut spec = PromptSpec::new(name.clone(), p.description.clone().unwrap_or_default());
         spec.description = p.description.clone();
         spec.title = p.title.clone();
+        spec.icons = super::tools::icons(p.icons.as_deref());
         for a in p.arguments.iter().flatten() {
             let mut arg = if a.required.unwrap_or(false) {
                 PromptArgument::required(a.name.clone(), a.description.clone().unwrap_or_default())

@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use kberg_core::{
-    CoreError, ResourceContents, ResourceDescriptor, ResourceError, ResourceReader,
+    CoreError, Icon, ResourceContents, ResourceDescriptor, ResourceError, ResourceReader,
     ResourceRegistry, ResourceTemplate, TemplateVars,
 };
 // The aggregator's upstream sessions start with `initialize` (2025-11-25), where
@@ -198,6 +198,7 @@ fn descriptor_of(ns: &str, v: &Value) -> Option<ResourceDescriptor> {
     d.mime_type = text(v, "mimeType");
     d.size = v.get("size").and_then(Value::as_u64);
     d.meta = meta(v);
+    d.icons = Icon::read_all(v.get("icons"));
     Some(d)
 }
 
@@ -209,6 +210,7 @@ fn template_of(ns: &str, v: &Value) -> Option<ResourceTemplate> {
     template.description = text(v, "description");
     template.mime_type = text(v, "mimeType");
     template.meta = meta(v);
+    template.icons = Icon::read_all(v.get("icons"));
     Some(template)
 }
 

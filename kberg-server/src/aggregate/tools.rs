@@ -91,6 +91,7 @@ pub(super) async fn sync_tools(
         if let Some(meta) = &t.meta {
             spec.meta = tool_meta(up, meta.0.clone());
         }
+        spec.icons = icons(t.icons.as_deref());
         remote_of.insert(name.clone(), remote);
         wanted.insert(name, spec);
     }
@@ -393,6 +394,12 @@ pub(super) fn to_output(up: &Upstream, r: CallToolResult) -> ToolOutput {
         is_error: r.is_error.unwrap_or(false),
         meta: r.meta.map(|m| Box::new(m.0)),
     }
+}
+
+/// An upstream's icons (of a tool, a prompt) as Kberg's.
+pub(super) fn icons(icons: Option<&[rmcp::model::Icon]>) -> Vec<kberg_core::Icon> {
+    let icons = icons.map(|i| serde_json::to_value(i).unwrap_or(Value::Null));
+    kberg_core::Icon::read_all(icons.as_ref())
 }
 
 /// The keys of a tool's `_meta` that name the view an MCP App shows for it: MCP Apps'
