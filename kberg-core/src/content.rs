@@ -66,7 +66,8 @@ impl ResourceContents {
     /// ```
     /// use kberg_core::ResourceContents;
     /// use serde_json::json;
-    /// let view = ResourceContents::text("ui://clock/app.html", Some("text/html;profile=mcp-app"), "<p>12:00</p>")
+    /// let mime = Some("text/html;profile=mcp-app");
+    /// let view = ResourceContents::text("ui://clock/app.html", mime, "<p>12:00</p>")
     ///     .meta("ui", json!({"prefersBorder": true}));
     /// assert_eq!(serde_json::to_value(&view).unwrap()["_meta"]["ui"]["prefersBorder"], true);
     /// ```
@@ -406,11 +407,12 @@ impl Content {
     }
 
     /// Hands every string of the block to `text` (its text, a link's URI, name, title,
-    /// description, MIME type and icons, a resource's URI, MIME type and text, annotations' timestamp,
-    /// and every key and string value of a `_meta`, the block's or its resource's) and a
-    /// resource's bytes to `bytes`, to change them in place; an image's or audio clip's bytes
-    /// are not handed on (they are media, not text). For a scrubber that must reach everything
-    /// a block says: this match is exhaustive, so a kind of block added here is added to it.
+    /// description, MIME type and icons, a resource's URI, MIME type and text, annotations'
+    /// timestamp, and every key and string value of a `_meta`, the block's or its resource's)
+    /// and a resource's bytes to `bytes`, to change them in place; an image's or audio clip's
+    /// bytes are not handed on (they are media, not text). For a scrubber that must reach
+    /// everything a block says: this match is exhaustive, so a kind of block added here is added
+    /// to it.
     ///
     /// ```
     /// use kberg_core::Content;
@@ -968,7 +970,8 @@ mod tests {
              "_meta": {"k": "v"}},
             {"type": "resource_link", "uri": "ui://clock/app.html", "name": "app",
              "title": "The clock", "size": 18,
-             "icons": [{"src": "data:image/png;base64,AA==", "sizes": ["16x16"], "theme": "light"}]},
+             "icons": [{"src": "data:image/png;base64,AA==", "sizes": ["16x16"],
+                        "theme": "light"}]},
             {"type": "resource", "resource": {"uri": "u", "text": "t", "_meta": {"ui": {}}}}
         ], "isError": false});
         let out = output_from_json(&v).unwrap();

@@ -249,8 +249,8 @@ async fn an_mcp_app_behind_the_aggregator_keeps_its_view() {
     );
     assert_eq!(
         result["content"][1],
-        json!({"type": "resource_link", "uri": view, "name": "app", "title": "The clock", "size": 18,
-               "icons": icons()}),
+        json!({"type": "resource_link", "uri": view, "name": "app", "title": "The clock",
+               "size": 18, "icons": icons()}),
         "{result}"
     );
     assert_eq!(

@@ -16,17 +16,31 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, Icon, ResourceLink, TextContent
 
 VIEW = "ui://clock/app.html"
-ICON = [Icon(src="https://icons.example/clock.svg", mime_type="image/svg+xml", sizes=["any"], theme="dark")]
+ICON = [
+    Icon(
+        src="https://icons.example/clock.svg",
+        mime_type="image/svg+xml",
+        sizes=["any"],
+        theme="dark",
+    )
+]
 
 apps = Apps()
 
 
-@apps.tool(resource_uri=VIEW, description="The time, shown on a clock", meta={"example.com/kind": "clock"}, icons=ICON)
+@apps.tool(
+    resource_uri=VIEW,
+    description="The time, shown on a clock",
+    meta={"example.com/kind": "clock"},
+    icons=ICON,
+)
 def clock() -> CallToolResult:
     return CallToolResult(
         content=[
             TextContent(type="text", text="12:00", _meta={"example.com/block": 1}),
-            ResourceLink(type="resource_link", uri=VIEW, name="app", title="The clock", size=18, icons=ICON),
+            ResourceLink(
+                type="resource_link", uri=VIEW, name="app", title="The clock", size=18, icons=ICON
+            ),
         ],
         structured_content={"time": "12:00"},
         _meta={"example.com/result": "r"},

@@ -1,24 +1,22 @@
 //! Scrubbing an injected credential out of what an upstream answers.
 //!
-//! Some upstreams relay their backend's error bodies verbatim, and some backends echo the
-//! token they rejected (Gitea: `access token does not exist [sha: <the token>]`). The gateway
-//! knows the exact value it injected into the connection, so before a result reaches an agent
-//! every text it carries is searched for it and the value replaced with `[redacted]`: text
-//! blocks, resource links (URI, name, title, description, MIME type, icons), embedded resources
-//! (URI, MIME type, text, the bytes of a blob, and its `_meta`), the MIME type of images and
-//! audio, a block's annotations (its timestamp; the block within is searched as any other) and
-//! `_meta`, and every string and object key of the structured content and of the result's
-//! `_meta`. The blocks are walked by kberg-core's
-//! `Content::strings_mut`, whose match is exhaustive, so no kind of block is passed on
-//! unsearched. The bytes of images and audio are media, not text, and are left as sent. The reasons an upstream is unavailable (shown to agents in a
-//! refusal and to operators) go through [`scrub_text`] the same way, as does what its tool
-//! listing says of each tool (title, description, schemas, `_meta`, icons: `scrub_spec`; a tool whose name
-//! holds the value is not offered), and so does everything the
-//! upstream sends the calling agent while the call runs (`ScrubbingPeer`: its log messages,
-//! progress messages, and the questions it relays, such as an elicitation's text). This is a
-//! last line of
-//! defence, not a licence to log secrets: the credential never enters a log line or an audit
-//! entry in the first place.
+//! Some upstreams relay their backend's error bodies verbatim, and some backends echo the token
+//! they rejected (Gitea: `access token does not exist [sha: <the token>]`). The gateway knows the
+//! exact value it injected into the connection, so before a result reaches an agent every text it
+//! carries is searched for it and the value replaced with `[redacted]`: text blocks, resource links
+//! (URI, name, title, description, MIME type, icons), embedded resources (URI, MIME type, text, the
+//! bytes of a blob, and its `_meta`), the MIME type of images and audio, a block's annotations (its
+//! timestamp; the block within is searched as any other) and `_meta`, and every string and object
+//! key of the structured content and of the result's `_meta`. The blocks are walked by kberg-core's
+//! `Content::strings_mut`, whose match is exhaustive, so no kind of block is passed on unsearched.
+//! The bytes of images and audio are media, not text, and are left as sent. The reasons an upstream
+//! is unavailable (shown to agents in a refusal and to operators) go through [`scrub_text`] the
+//! same way, as does what its tool listing says of each tool (title, description, schemas, `_meta`,
+//! icons: `scrub_spec`; a tool whose name holds the value is not offered), and so does everything
+//! the upstream sends the calling agent while the call runs (`ScrubbingPeer`: its log messages,
+//! progress messages, and the questions it relays, such as an elicitation's text). This is a last
+//! line of defence, not a licence to log secrets: the credential never enters a log line or an
+//! audit entry in the first place.
 //!
 //! A value with characters that URLs and JSON write differently (`/`, `+`, `=` in a base64 API
 //! key) is searched for in those forms too: percent-encoded (an HTTP library's error naming
@@ -84,9 +82,9 @@ pub fn scrub_output(out: &mut ToolOutput, secret: &str) -> bool {
 }
 
 /// Replaces every occurrence of `secret` (and of each line of it, see `parts`) in what an
-/// upstream's tool listing says of a tool: its title, description, input and output
-/// schemas and `_meta` (their strings and keys), and its icons. Returns `None` when the tool's name holds it, which
-/// cannot be changed without breaking the call: such a tool is not offered. Else whether
+/// upstream's tool listing says of a tool: its title, description, input and output schemas and
+/// `_meta` (their strings and keys), and its icons. Returns `None` when the tool's name holds it,
+/// which cannot be changed without breaking the call: such a tool is not offered. Else whether
 /// anything was replaced.
 pub(crate) fn scrub_spec(spec: &mut kberg_core::ToolSpec, secret: &str) -> Option<bool> {
     let parts = parts(secret);
