@@ -5,8 +5,6 @@
 //! content security policy); so every `_meta` must reach the client, and a forwarded view
 //! must keep the `ui://` scheme under the aggregator's namespace and still read.
 
-use std::time::Duration;
-
 use kberg_core::{
     Icon, IconTheme, Principal, PromptRegistry, ResourceContents, ResourceDescriptor,
     ResourceRegistry, Tool as _, ToolBuilder, ToolOutput, ToolRegistry, reader_fn,
@@ -15,6 +13,7 @@ use kberg_server::aggregate::{
     Aggregator, AggregatorConfig, Forward, UpstreamConfig, UpstreamTransport,
 };
 use kberg_server::{BearerTokens, McpApp};
+use kberg_testkit::WAIT;
 use kberg_testkit::net::StopOnDrop;
 use kberg_testkit::serve::{RunningServer, loopback};
 use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams, Tool};
@@ -24,7 +23,6 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
-const WAIT: Duration = Duration::from_secs(30);
 const MIME: &str = "text/html;profile=mcp-app";
 
 fn icons() -> Value {

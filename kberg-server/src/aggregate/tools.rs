@@ -22,7 +22,8 @@ use kberg_core::{
 };
 use rmcp::model::GetMeta;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ServerResult,
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ContentBlock,
+    ServerResult, TextContent,
 };
 use rmcp::service::{Peer, RoleClient, ServiceError};
 use serde_json::Value;
@@ -385,8 +386,18 @@ fn refusal(tool: &str, e: &UpstreamError) -> ToolOutput {
 pub(super) fn to_output(up: &Upstream, r: CallToolResult) -> ToolOutput {
     let content = r
         .content
-        .iter()
-        .map(|block| upstream_content(up, serde_json::to_value(block).unwrap_or(Value::Null)))
+        .into_iter()
+        .map(|block| match block {
+            // The most common block, plain text with nothing else to carry, is taken as it is
+            // (every call's answer passes here); any other goes through MCP's JSON shape.
+            ContentBlock::Text(TextContent {
+                text,
+                meta: None,
+                annotations: None,
+                ..
+            }) => Content::Text(text),
+            other => upstream_content(up, serde_json::to_value(&other).unwrap_or(Value::Null)),
+        })
         .collect();
     ToolOutput {
         content,
