@@ -1327,15 +1327,19 @@ async fn a_huge_tool_result_is_cut_before_the_model_sees_it() {
     }
 
     // The bound is the app's to set.
+    cut_at_100(huge_result_registry(500)).await;
+}
+
+/// One `search_notes` call to `tools`, whose text is 500 `é` (and maybe more), in a run whose
+/// results are cut at 100 characters: checks the cut and returns the text the model was given
+/// and the run.
+async fn cut_at_100(tools: ToolRegistry) -> (String, kberg_agent::RunOutcome) {
     let script = ScriptedProvider::new([
         ScriptedProvider::call("c1", "search_notes", json!({"query": "milk"})),
         ScriptedProvider::text("Found lots."),
     ]);
-    let agent = Agent::new(
-        script.clone(),
-        LocalSurface::new(huge_result_registry(500), reader()),
-    )
-    .with_config(core().max_result_chars(100));
+    let agent = Agent::new(script.clone(), LocalSurface::new(tools, reader()))
+        .with_config(core().max_result_chars(100));
     let out = agent
         .run(vec![Message::user("find milk")], &CancellationToken::new())
         .await;
@@ -1344,6 +1348,7 @@ async fn a_huge_tool_result_is_cut_before_the_model_sees_it() {
     assert!(sent.starts_with(&"é".repeat(100)), "{sent}");
     assert!(!sent.starts_with(&"é".repeat(101)), "{sent}");
     assert!(sent.contains("400 more characters"), "{sent}");
+    (sent, out)
 }
 
 /// A cut result still tells the model that blocks were left to the user: the line saying so
@@ -1365,20 +1370,7 @@ async fn a_cut_result_keeps_the_line_about_blocks_for_the_user() {
                 }),
         )
         .unwrap();
-    let script = ScriptedProvider::new([
-        ScriptedProvider::call("c1", "search_notes", json!({"query": "milk"})),
-        ScriptedProvider::text("Found lots."),
-    ]);
-    let agent = Agent::new(script.clone(), LocalSurface::new(tools, reader()))
-        .with_config(core().max_result_chars(100));
-    let out = agent
-        .run(vec![Message::user("find milk")], &CancellationToken::new())
-        .await;
-    assert!(out.answered(), "{:?}", out.stop);
-    let sent = last_tool_text(&script, 1);
-    assert!(sent.starts_with(&"é".repeat(100)), "{sent}");
-    assert!(!sent.starts_with(&"é".repeat(101)), "{sent}");
-    assert!(sent.contains("400 more characters"), "{sent}");
+    let (sent, out) = cut_at_100(tools).await;
     assert!(
         sent.ends_with("\n[1 block for the user only, not shown to you]"),
         "{sent}"
