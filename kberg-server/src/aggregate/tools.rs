@@ -413,8 +413,8 @@ pub(super) fn icons(icons: Option<&[rmcp::model::Icon]>) -> Vec<kberg_core::Icon
     kberg_core::Icon::read_all(icons.as_ref())
 }
 
-/// The keys of a tool's `_meta` that name the view an MCP App shows for it: MCP Apps'
-/// `ui.resourceUri`, its older flat form `ui/resourceUri`, and the ChatGPT apps'
+/// Beside MCP Apps' `ui.resourceUri`, the keys of a tool's `_meta` that name the view an app
+/// shows for it: that key's older flat form `ui/resourceUri`, and the ChatGPT apps'
 /// `openai/outputTemplate`.
 const VIEW_KEYS: [&str; 2] = ["ui/resourceUri", "openai/outputTemplate"];
 
