@@ -104,6 +104,9 @@ async fn start_upstream(recorder: Arc<Recorder>) -> (String, CancellationToken) 
             ToolBuilder::new("announce")
                 .description("Announce the deploy.")
                 .meta("example.com/signed", json!({"as": "up-claude-1"}))
+                .icon(kberg_core::Icon::new(
+                    "https://icons.example/?t=up-claude-1",
+                ))
                 .handler(|_a: NoArgs, ctx| async move {
                     let id = &ctx.caller().principal().id;
                     let token: String = id.trim_start_matches("acct-").chars().rev().collect();
@@ -473,6 +476,10 @@ async fn every_meta_an_upstream_sends_loses_the_credential() {
     assert_eq!(
         announce["_meta"]["example.com/signed"],
         json!({"as": "[redacted]"})
+    );
+    assert_eq!(
+        announce["icons"],
+        json!([{"src": "https://icons.example/?t=[redacted]"}])
     );
     let (called, text) = raw(
         &running.gw_url,

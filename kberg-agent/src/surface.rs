@@ -504,6 +504,25 @@ mod tests {
     use kberg_core::GateError;
     use serde_json::json;
 
+    /// A tool is kept from the model only when its visibility is a list without `model`;
+    /// anything else (none, a malformed one) is read as MCP Apps' default, for both.
+    #[test]
+    fn only_a_visibility_without_the_model_hides_a_tool() {
+        let meta = |v: Value| json!({"ui": {"visibility": v}}).as_object().cloned();
+        assert!(!for_the_model(meta(json!(["app"])).as_ref()));
+        assert!(!for_the_model(meta(json!([])).as_ref()));
+        for shown in [
+            json!(["model"]),
+            json!(["app", "model"]),
+            json!("app"),
+            json!(null),
+        ] {
+            assert!(for_the_model(meta(shown.clone()).as_ref()), "{shown}");
+        }
+        assert!(for_the_model(json!({"ui": "x"}).as_object()));
+        assert!(for_the_model(None));
+    }
+
     #[test]
     fn only_the_counting_line_is_found() {
         assert_eq!(

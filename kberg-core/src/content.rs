@@ -1012,6 +1012,33 @@ mod tests {
         assert_eq!(both.clone().into_block(), Content::text("x"));
     }
 
+    /// Icons as a peer sent them: one that is not an icon of this revision is left out, the
+    /// others kept; a field that is not a list gives none.
+    #[test]
+    fn icons_that_do_not_read_are_left_out() {
+        let sent = json!([
+            {"src": "https://i.example/a.png"},
+            {"mimeType": "image/png"},
+            {"src": "https://i.example/b.png", "theme": "sepia"},
+            {"src": 5},
+            "https://i.example/c.png",
+            {"src": "https://i.example/d.svg", "sizes": ["any"], "theme": "dark"}
+        ]);
+        assert_eq!(
+            Icon::read_all(Some(&sent)),
+            [
+                Icon::new("https://i.example/a.png"),
+                Icon::new("https://i.example/d.svg")
+                    .with_sizes(["any"])
+                    .with_theme(IconTheme::Dark),
+            ]
+        );
+        for not_a_list in [json!({"src": "x"}), json!("x"), Value::Null] {
+            assert!(Icon::read_all(Some(&not_a_list)).is_empty());
+        }
+        assert!(Icon::read_all(None).is_empty());
+    }
+
     /// Every key and string of a `_meta` reaches `strings_mut`, the block's and an embedded
     /// resource's alike.
     #[test]
